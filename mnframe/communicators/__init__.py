@@ -1,0 +1,7 @@
+"""Communicators: create_communicator and the strategies behind it (see factory.py for the name table)."""
+from mnframe._lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "CommunicatorBase": "mnframe.communicators.base:CommunicatorBase",
+    "create_communicator": "mnframe.communicators.factory:create_communicator",
+})
