@@ -60,9 +60,11 @@ class OpLog:
         rec = OpRecord(self.seq, name, shape, dtype, nbytes, peer, comm_id)
         outer = self.current
         self.current = rec
-        for listener in self.listeners:
-            listener(rec)
         try:
+            # Listeners run inside the try: one that raises (the debug-mode
+            # matcher naming a divergence) must not leave the op "in flight".
+            for listener in self.listeners:
+                listener(rec)
             yield rec
         finally:
             rec.end = time.monotonic()

@@ -1,0 +1,11 @@
+"""Atomic, verified checkpoints with exact resume, and graceful preemption (see docs/reliability.md)."""
+from mnframe._lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "attach": "mnframe.checkpoint.build:attach",
+    "CheckpointConfig": "mnframe.checkpoint.config:CheckpointConfig",
+    "CheckpointExtension": "mnframe.checkpoint.extension:CheckpointExtension",
+    "CheckpointStore": "mnframe.checkpoint.store:CheckpointStore",
+    "Manifest": "mnframe.checkpoint.manifest:Manifest",
+    "resume": "mnframe.checkpoint.resume:resume",
+})

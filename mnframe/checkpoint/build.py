@@ -1,0 +1,31 @@
+"""``attach``: everything the runner needs for checkpoints, preemption and resume, in one call."""
+import os
+
+from mnframe.checkpoint.config import CheckpointConfig
+from mnframe.checkpoint.extension import CheckpointExtension
+from mnframe.checkpoint.resume import resume
+from mnframe.checkpoint.store import CheckpointStore
+from mnframe.runtime import watchdog
+
+
+def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None):
+    """Install checkpointing on ``trainer`` and resume it if a checkpoint applies (collective).
+
+    Call it after every other extension has been added (their states are
+    restored here, before ``trainer.run()``). ``cfg_section`` is a
+    CheckpointConfig (or a dict of its fields); ``config`` (a plain dict of the
+    whole run configuration) is stored in the manifest so a later resume can
+    show what changed. Returns the CheckpointExtension; its ``resumed_from``
+    names the checkpoint loaded (None for a fresh start) and ``preempted`` says
+    whether the run stopped for a preemption signal.
+    """
+    cfg = cfg_section if isinstance(cfg_section, CheckpointConfig) else CheckpointConfig.model_validate(
+        cfg_section or {})
+    watchdog.set_report_dir(run_dir)
+    store = CheckpointStore(os.path.join(os.fspath(run_dir), cfg.dir), comm)
+    ext = CheckpointExtension(store, comm, cfg.interval, keep=cfg.keep, config_hash=config_hash,
+                              config=config, preemption_enabled=cfg.preemption)
+    ext.bind(trainer)
+    trainer.extend(ext, name=ext.name, trigger=ext.trigger, priority=ext.priority)
+    ext.resumed_from = resume(trainer, store, cfg, config_hash=config_hash, config=config)
+    return ext

@@ -1,0 +1,45 @@
+"""Resume a trainer from the newest good checkpoint, checking the configuration first."""
+import sys
+
+from mnframe.checkpoint import config_diff
+from mnframe.checkpoint.trainer_io import load_trainer
+from mnframe.runtime.errors import ConfigError
+
+
+def _say(comm, text):
+    if comm.rank == 0:
+        sys.stderr.write(f"mnframe checkpoint: {text}\n")
+        sys.stderr.flush()
+
+
+def check_config(comm, manifest, name, config_hash, config, allow_unsafe):
+    """Show what changed since checkpoint ``name``; refuse unsafe changes (same verdict on every rank)."""
+    if config is not None and manifest.config is not None:
+        changes = config_diff.diff(manifest.config, config)
+        if not changes:
+            return
+        unsafe = [k for k, _, _ in changes if config_diff.is_unsafe(k)]
+        text = (f"configuration changed since checkpoint {name} ('!' = unsafe):\n"
+                + config_diff.format_diff(changes))
+        if unsafe and not allow_unsafe:
+            raise ConfigError(f"{text}\nRefusing to resume: {', '.join(unsafe)} changed. Restore them, "
+                              f"start a new run directory, or set checkpoint.allow_unsafe_config_change=true.")
+        _say(comm, text)
+    elif config_hash and manifest.config_hash and config_hash != manifest.config_hash:
+        _say(comm, f"configuration hash changed since checkpoint {name} "
+                   f"({manifest.config_hash} -> {config_hash}); pass config= to attach() to see the difference")
+
+
+def resume(trainer, store, cfg, config_hash=None, config=None):
+    """Load the checkpoint chosen by ``cfg`` (resume/load/verify) into ``trainer``; return its name or None."""
+    chosen = store.select(cfg.resume, cfg.load, cfg.verify)
+    if chosen is None:
+        return None
+    name, manifest = chosen
+    comm = store.comm
+    check_config(comm, manifest, name, config_hash, config, cfg.allow_unsafe_config_change)
+    resharded = load_trainer(store.path(name), manifest, trainer, comm)
+    note = (f"; world size {manifest.world_size} -> {comm.size}: data re-sharded, iterators restart "
+            f"their epoch, per-rank random states not restored" if resharded else "")
+    _say(comm, f"resumed from {store.path(name)} (iteration {manifest.iteration}){note}")
+    return name

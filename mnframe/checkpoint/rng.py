@@ -1,0 +1,57 @@
+"""The random states a checkpoint must carry for an exact resume.
+
+Chainer's snapshot saves the iterator's current shuffle order but not the
+RandomState that draws the *next* epoch's order, nor the global NumPy and
+Python generators (dropout, augmentation). ``RngState`` is a Chainer-serializable
+object holding all three, per rank.
+"""
+import pickle
+import random
+
+import numpy
+
+_GLOBAL_NUMPY = numpy.random.mtrand._rand
+
+
+def _sampler_states(iterators):
+    """{name: RandomState} of iterators whose order sampler owns a private generator."""
+    found = {}
+    for name, it in sorted(iterators.items()):
+        sampler = getattr(it, "order_sampler", None)
+        rs = getattr(sampler, "_random", None)
+        if isinstance(rs, numpy.random.RandomState) and rs is not _GLOBAL_NUMPY:
+            found[name] = rs
+    return found
+
+
+def _save_mt(serializer, rs):
+    kind, keys, pos, has_gauss, cached = rs.get_state()
+    serializer("keys", numpy.asarray(keys, dtype=numpy.uint32))
+    serializer("pos_gauss", numpy.asarray([pos, has_gauss], dtype=numpy.int64))
+    serializer("cached_gaussian", numpy.asarray([cached], dtype=numpy.float64))
+
+
+def _load_mt(serializer, rs):
+    keys = numpy.asarray(serializer("keys", None), dtype=numpy.uint32)
+    pos, has_gauss = (int(v) for v in serializer("pos_gauss", None))
+    cached = float(serializer("cached_gaussian", None)[0])
+    rs.set_state(("MT19937", keys, pos, has_gauss, cached))
+
+
+class RngState:
+    """Serializes NumPy's and Python's global generators and the iterators' samplers."""
+
+    def __init__(self, iterators_fn):
+        self._iterators_fn = iterators_fn  # () -> {name: iterator}, read at save/load time
+
+    def serialize(self, serializer):
+        import chainer
+        saving = isinstance(serializer, chainer.serializer.Serializer)
+        gens = [("numpy", _GLOBAL_NUMPY)] + [
+            (f"iterator:{name}", rs) for name, rs in _sampler_states(self._iterators_fn()).items()]
+        for key, rs in gens:
+            (_save_mt if saving else _load_mt)(serializer[key], rs)
+        if saving:
+            serializer("python", numpy.frombuffer(pickle.dumps(random.getstate()), dtype=numpy.uint8))
+        else:
+            random.setstate(pickle.loads(numpy.asarray(serializer("python", None)).tobytes()))

@@ -1,0 +1,206 @@
+"""Atomic, verified checkpoint directories.
+
+Layout under the checkpoint root::
+
+    iter_00000010/            a committed checkpoint
+        manifest.json         iteration, world size, config hash, size + SHA-256 of every file
+        rank_00000.npz ...    one file per rank
+    .tmp-iter_00000015/       being written (ignored by resume, removed by the next save)
+
+``save`` is collective: rank 0 creates the temporary directory, every rank
+writes and fsyncs its files, the ranks share their verdicts, rank 0 writes the
+manifest last and commits the directory with one atomic rename (then fsyncs
+the parent). A job killed at any moment leaves either the old set of
+checkpoints or the old set plus one complete new checkpoint. ``select`` picks
+the newest checkpoint whose manifest is present and whose files all verify,
+saying which ones it skipped and why. The root must be on a filesystem every
+rank sees (the usual shared run directory).
+"""
+import os
+import re
+import shutil
+import sys
+
+from mnframe.checkpoint.manifest import MANIFEST, FileEntry, Manifest, check_file, sha256_file
+from mnframe.checkpoint.objcomm import as_objcomm
+from mnframe.runtime.errors import CheckpointError, ConfigError
+from mnframe.utils.fs import atomic_write_text, fsync_dir
+
+_NAME_RE = re.compile(r"^iter_(\d{8,})$")
+TMP_PREFIX = ".tmp-"
+OLD_PREFIX = ".old-"
+
+
+def checkpoint_name(iteration):
+    return f"iter_{int(iteration):08d}"
+
+
+def _say(text):
+    sys.stderr.write(f"mnframe checkpoint: {text}\n")
+    sys.stderr.flush()
+
+
+class CheckpointStore:
+    """The checkpoints of one run, shared by all ranks of ``comm``."""
+
+    def __init__(self, root, comm):
+        self.root = os.path.abspath(os.fspath(root))
+        self.comm = as_objcomm(comm)
+
+    def path(self, name):
+        return os.path.join(self.root, name)
+
+    # -- writing --------------------------------------------------------------
+    def save(self, iteration, write_files, config_hash=None, config=None, reason="interval", keep=None):
+        """Write checkpoint ``iteration`` (collective); return its name.
+
+        ``write_files(tmpdir)`` writes this rank's files into ``tmpdir`` and
+        returns their names. Raises CheckpointError on every rank if any rank
+        failed (naming the ranks and their errors); nothing is committed then.
+        """
+        rank = self.comm.rank
+        name = checkpoint_name(iteration)
+        tmp = self.path(TMP_PREFIX + name)
+        err = None
+        if rank == 0:
+            try:
+                os.makedirs(self.root, exist_ok=True)
+                shutil.rmtree(tmp, ignore_errors=True)
+                os.makedirs(tmp)
+            except OSError as exc:
+                err = f"cannot create {tmp}: {exc}"
+        err = self.comm.bcast(err)
+        if err:
+            raise CheckpointError(f"checkpoint {name} not written: {err}")
+
+        entries, err = {}, None
+        try:
+            for fname in write_files(tmp):
+                path = os.path.join(tmp, fname)
+                entries[fname] = FileEntry(size=os.path.getsize(path), sha256=sha256_file(path), rank=rank)
+        except Exception as exc:  # shared below: every rank raises the same error
+            err = f"rank {rank}: {type(exc).__name__}: {exc}"
+        results = self.comm.allgather((entries, err))
+        errors = [e for _, e in results if e]
+        if errors:
+            if rank == 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointError(f"checkpoint {name} not written: " + "; ".join(errors))
+
+        err = None
+        if rank == 0:
+            try:
+                files = {}
+                for part, _ in results:
+                    files.update(part)
+                manifest = Manifest(iteration=int(iteration), world_size=self.comm.size,
+                                    config_hash=config_hash, files=files, config=config, reason=reason)
+                atomic_write_text(os.path.join(tmp, MANIFEST), manifest.to_json())
+                fsync_dir(tmp)
+                self._commit(tmp, self.path(name))
+                if keep:
+                    self._collect_garbage(keep)
+            except Exception as exc:
+                err = f"rank 0 could not commit {self.path(name)}: {type(exc).__name__}: {exc}"
+        err = self.comm.bcast(err)
+        if err:
+            raise CheckpointError(err)
+        return name
+
+    def _commit(self, tmp, final):
+        old = None
+        if os.path.exists(final):  # re-saving the same iteration (e.g. preemption right after an interval save)
+            old = os.path.join(self.root, OLD_PREFIX + os.path.basename(final))
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(final, old)
+        os.rename(tmp, final)
+        fsync_dir(self.root)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _collect_garbage(self, keep):
+        """Keep the newest ``keep`` committed checkpoints; drop leftovers of killed saves."""
+        committed = self.committed()
+        for name in committed[keep:]:
+            shutil.rmtree(self.path(name), ignore_errors=True)
+        for entry in os.listdir(self.root):
+            if entry.startswith((TMP_PREFIX, OLD_PREFIX)):
+                shutil.rmtree(self.path(entry), ignore_errors=True)
+
+    # -- reading --------------------------------------------------------------
+    def committed(self):
+        """Names of the committed checkpoint directories, newest first (this rank's view)."""
+        if not os.path.isdir(self.root):
+            return []
+        found = [(int(m.group(1)), entry) for entry in os.listdir(self.root)
+                 if (m := _NAME_RE.match(entry)) and os.path.isdir(self.path(entry))]
+        return [name for _, name in sorted(found, reverse=True)]
+
+    def scan(self):
+        """[(name, Manifest or the reason it is unusable)], newest first, identical on all ranks."""
+        listing = None
+        if self.comm.rank == 0:
+            listing = []
+            for name in self.committed():
+                try:
+                    listing.append((name, Manifest.read(self.path(name))))
+                except FileNotFoundError:
+                    listing.append((name, f"{self.path(name)} has no {MANIFEST} (incomplete)"))
+                except Exception as exc:
+                    listing.append((name, f"{self.path(name)}/{MANIFEST} is unreadable: {exc}"))
+        return self.comm.bcast(listing)
+
+    def verify(self, name, manifest):
+        """Every problem with checkpoint ``name``'s files (collective: ranks share the hashing)."""
+        names = sorted(manifest.files)
+        mine = [names[i] for i in range(self.comm.rank, len(names), self.comm.size)]
+        problems = [p for f in mine if (p := check_file(self.path(name), f, manifest.files[f]))]
+        return sorted(p for part in self.comm.allgather(problems) for p in part)
+
+    def select(self, resume="auto", load=None, verify=True):
+        """The checkpoint to resume from as (name, Manifest), or None (collective).
+
+        ``load`` names one checkpoint exactly: it is used or we fail naming the
+        damaged file and its rank. Otherwise the newest good one is used,
+        reporting every newer one that was skipped; ``resume='must'`` fails
+        when there is none, ``'never'`` always starts fresh.
+        """
+        if load is None and resume == "never":
+            return None
+        listing = self.scan()
+        if load is not None:
+            return self._select_exact(load, listing, verify)
+        skipped = []
+        for name, manifest in listing:
+            if isinstance(manifest, str):
+                skipped.append(f"skipped {name}: {manifest}")
+                continue
+            problems = self.verify(name, manifest) if verify else []
+            if problems:
+                skipped.append(f"skipped {name}: " + "; ".join(problems))
+                continue
+            if skipped and self.comm.rank == 0:
+                _say("\n  ".join(skipped + [f"falling back to the previous good checkpoint {name}"]))
+            return name, manifest
+        detail = ("\n  " + "\n  ".join(skipped)) if skipped else ""
+        if resume == "must":
+            raise ConfigError(f"checkpoint.resume=must but there is no complete checkpoint in "
+                              f"{self.root}{detail}\nStart with resume=auto or never, or point "
+                              f"the run directory at the run you want to continue.")
+        if skipped and self.comm.rank == 0:
+            _say(f"no usable checkpoint, starting from scratch:{detail}")
+        return None
+
+    def _select_exact(self, load, listing, verify):
+        found = dict(listing)
+        if load not in found:
+            available = ", ".join(found) or "none"
+            raise CheckpointError(f"checkpoint {load!r} (checkpoint.load) is not in {self.root}; "
+                                  f"available: {available}")
+        manifest = found[load]
+        if isinstance(manifest, str):
+            raise CheckpointError(f"checkpoint {load!r} cannot be loaded: {manifest}")
+        problems = self.verify(load, manifest) if verify else []
+        if problems:
+            raise CheckpointError(f"checkpoint {load!r} cannot be loaded: " + "; ".join(problems))
+        return load, manifest

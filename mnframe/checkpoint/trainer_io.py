@@ -1,0 +1,53 @@
+"""Saving and loading a whole Chainer Trainer into a checkpoint directory, one file per rank.
+
+Each rank saves ``trainer`` (parameters, optimizer state, updater iteration,
+iterator position and shuffle order, extension states, and through the
+checkpoint extension the random states) into ``rank_<R>.npz``. With the same
+world size each rank loads its own file: an exact resume. With a different
+world size every rank loads rank 0's file but skips the per-rank parts (iterator
+positions and random states): the data is re-sharded and iterators restart
+their epoch.
+"""
+import os
+
+import chainer
+
+from mnframe.runtime.errors import CheckpointError
+from mnframe.utils.fs import atomic_path
+
+RNG_KEY = "mnframe_rng"
+PER_RANK_KEYS = ("updater/iterator:", f"/{RNG_KEY}/")
+
+
+def rank_file(rank):
+    return f"rank_{rank:05d}.npz"
+
+
+def save_trainer(directory, trainer, rank):
+    """Write this rank's trainer state; return the file names written."""
+    name = rank_file(rank)
+    with atomic_path(os.path.join(directory, name)) as tmp:
+        with open(tmp, "wb") as f:
+            chainer.serializers.save_npz(f, trainer, compression=False)
+    return [name]
+
+
+def _is_per_rank(key):
+    return any(part in key for part in PER_RANK_KEYS)
+
+
+def load_trainer(directory, manifest, trainer, comm):
+    """Load the checkpoint into ``trainer`` on every rank; same error on every rank if one fails."""
+    resharded = manifest.world_size != comm.size
+    name = rank_file(0 if resharded else comm.rank)
+    path = os.path.join(directory, name)
+    err = None
+    try:
+        chainer.serializers.load_npz(path, trainer, ignore_names=_is_per_rank if resharded else None)
+    except Exception as exc:
+        err = f"rank {comm.rank} could not load {path}: {type(exc).__name__}: {exc}"
+    errors = [e for e in comm.allgather(err) if e]
+    if errors:
+        raise CheckpointError("resume failed (did the model, optimizer or extensions change?): "
+                              + "; ".join(errors))
+    return resharded

@@ -1,0 +1,18 @@
+"""``flat``: pack all gradients into one persistent buffer, one MPI allreduce per dtype."""
+from mnframe.communicators import p2p_collectives as pc
+from mnframe.communicators.mpi_communicator import MpiCommunicator
+from mnframe.communicators.reducer_base import GradReducer, scale_inplace
+
+
+class FlatReducer(GradReducer):
+    def reduce(self, layout, buffer):
+        scale = 1.0 / self.comm.size
+        for arr in layout.group_arrays(buffer.buf):
+            pc.allreduce_inplace(self.comm, arr)
+            scale_inplace(arr, scale)
+
+
+class FlatCommunicator(MpiCommunicator):
+    """One flat buffer and an in-place MPI allreduce over all ranks."""
+
+    reducer_class = FlatReducer

@@ -1,0 +1,203 @@
+"""``MpiCommunicator``: CommunicatorBase on mpi4py, shared by every communicator name.
+
+It composes the parts: node discovery (topology), array and object operations
+(p2p_collectives, object_ops), gradient layouts (packing) and one gradient
+averaging strategy, ``reducer_class``, which is all that differs between names.
+"""
+import numpy as np
+from mpi4py import MPI
+
+from mnframe.communicators import config, object_ops, packing, topology
+from mnframe.communicators import p2p_collectives as pc
+from mnframe.communicators.base import CommunicatorBase
+from mnframe.communicators.verdict import CommunicatorArgumentError
+from mnframe.runtime import oplog
+
+_MAX_LAYOUTS = 16
+
+
+class MpiCommunicator(CommunicatorBase):
+    """A communicator over ``mpi_comm``; subclasses set ``reducer_class``."""
+
+    reducer_class = None
+
+    def __init__(self, mpi_comm=None, allreduce_grad_dtype=None, batched_copy=False):
+        self._comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
+        self._owns_comm = False
+        self._config = config.defaults()
+        self.set_config("allreduce_grad_dtype", allreduce_grad_dtype)
+        self.set_config("batched_copy", batched_copy)
+        self._topo = topology.discover(self._comm)
+        self._reducer = self.reducer_class(self._comm, self._topo)
+        self._layouts = {}
+
+    def __repr__(self):
+        return (f"<{type(self).__name__} rank {self.rank}/{self.size} "
+                f"node {self.inter_rank}/{self.inter_size} intra {self.intra_rank}/{self.intra_size}>")
+
+    # -- topology
+    rank = property(lambda self: self._comm.rank, doc="Rank of this process.")
+    size = property(lambda self: self._comm.size, doc="Number of processes.")
+    intra_rank = property(lambda self: self._topo.intra_rank, doc="Rank of this process in its node.")
+    intra_size = property(lambda self: self._topo.intra_size, doc="Number of processes on this node.")
+    inter_rank = property(lambda self: self._topo.inter_rank, doc="Index of this node.")
+    inter_size = property(lambda self: self._topo.inter_size, doc="Number of nodes.")
+    mpi_comm = property(lambda self: self._comm, doc="The underlying mpi4py communicator.")
+
+    # -- configuration
+    def set_config(self, name, value=True, **kwargs):
+        self._config[name] = config.check(name, value)
+
+    def get_config(self, name=None):
+        if name is None:
+            return dict(self._config)
+        config.check(name, self._config.get(name))  # unknown name -> ValueError
+        return self._config[name]
+
+    def split(self, color, key):
+        with oplog.op("split"):
+            sub = self._comm.Split(color, key)
+        comm = type(self)(mpi_comm=sub, **self._config)
+        comm._owns_comm = True
+        return comm
+
+    def finalize(self):
+        self._reducer.close()
+        self._topo.free()
+        if self._owns_comm:
+            self._comm.Free()
+
+    # -- arrays
+    def alltoall(self, xs):
+        return pc.alltoall(self._comm, xs)
+
+    def send(self, data, dest, tag):
+        pc.send(self._comm, data, dest, tag)
+
+    def recv(self, source, tag):
+        return pc.recv(self._comm, source, MPI.ANY_TAG if tag is None else tag)
+
+    def bcast(self, data, max_buf_len=None, root=0):
+        return pc.bcast(self._comm, data, root=root, max_buf_len=max_buf_len)
+
+    def gather(self, data, root=0):
+        return pc.gather(self._comm, data, root=root)
+
+    def allgather(self, x):
+        return pc.allgather(self._comm, x)
+
+    def allreduce(self, data):
+        return pc.allreduce(self._comm, data)
+
+    def scatter(self, xs, root=0):
+        return pc.scatter(self._comm, xs, root=root)
+
+    # -- objects
+    def send_obj(self, obj, dest, tag=0):
+        object_ops.send_obj(self._comm, obj, dest, tag)
+
+    def recv_obj(self, source, tag=None):
+        return object_ops.recv_obj(self._comm, source, MPI.ANY_TAG if tag is None else tag)
+
+    def bcast_obj(self, obj, max_buf_len=None, root=0):
+        return object_ops.bcast_obj(self._comm, obj, max_buf_len=max_buf_len, root=root)
+
+    def gather_obj(self, obj, root=0):
+        return object_ops.gather_obj(self._comm, obj, root=root)
+
+    def allgather_obj(self, obj):
+        """Every rank's object, as a list on every rank (not in the spec; handy)."""
+        return object_ops.allgather_obj(self._comm, obj)
+
+    def allreduce_obj(self, obj):
+        return object_ops.allreduce_obj(self._comm, obj)
+
+    # -- models
+    def bcast_data(self, model):
+        """Broadcast parameter data from rank 0, each parameter in its own dtype."""
+        params, sig = packing.describe(model, zero_fill=True)
+        self._agree_on_params(sig, "bcast_data")
+        layout = packing.build_layout(params, sig, None)
+        buf = np.empty(max(1, layout.nbytes), dtype=np.uint8)
+        arrays = layout.group_arrays(buf)
+        if self.rank == 0:
+            for g, arr in zip(layout.groups, arrays):
+                for e in g.entries:
+                    arr[e.offset:e.offset + e.size] = pc.to_host(params[e.index][1].array)[0].reshape(-1)
+        for arr in arrays:
+            pc.bcast_inplace(self._comm, arr, root=0)
+        if self.rank != 0:
+            for g, arr in zip(layout.groups, arrays):
+                for e in g.entries:
+                    _assign(params[e.index][1], arr[e.offset:e.offset + e.size].reshape(e.shape))
+
+    def multi_node_mean_grad(self, model, zero_fill=False):
+        """Average gradients over all ranks (see packing.describe for which take part).
+
+        ``zero_fill=True``: a missing gradient counts as zeros (and is set).
+        ``zero_fill=False``: a gradient missing on every rank is skipped; missing
+        on some ranks only raises CommunicatorArgumentError on every rank.
+        """
+        params, sig = packing.describe(model, zero_fill)
+        wire = self._config["allreduce_grad_dtype"]
+        key = packing.signature_key(sig, wire)
+        self._agree_on_params(sig, "multi_node_mean_grad", key)
+        devices = {s[4] for s in sig if s[3]}
+        if devices - {"numpy"}:
+            raise TypeError(f"{type(self).__name__} averages NumPy gradients, but the model's are on "
+                            f"{', '.join(sorted(devices))}: use a GPU communicator ('pure_nccl' or "
+                            f"'non_cuda_aware') or move the model to the CPU")
+        layout = self._layouts.get(key)
+        if layout is None:
+            if len(self._layouts) >= _MAX_LAYOUTS:
+                self._layouts.clear()
+            layout = self._layouts[key] = packing.build_layout(params, sig, wire)
+        if layout.groups:
+            self._reducer.mean(layout, params)
+
+    def _agree_on_params(self, sig, what, key=None):
+        """Raise the same error on every rank unless all ranks have the same params/gradients."""
+        key = packing.signature_key(sig, None) if key is None else key
+        v = np.array([key, -key], dtype=np.int64)
+        with oplog.op(f"{what}:check"):
+            self._comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
+        if v[0] == key and v[1] == -key:
+            return
+        with oplog.op(f"{what}:diagnose"):
+            sigs = self._comm.allgather(sig)
+        raise CommunicatorArgumentError(f"{what}: the ranks disagree on the model's parameters\n"
+                                        + _describe_mismatch(sigs))
+
+
+def _assign(param, host):
+    """Copy host data into a parameter's array in place (NumPy, or CuPy via the device)."""
+    if isinstance(param.array, np.ndarray):
+        np.copyto(param.array, host)
+    else:
+        import cupy
+        param.array[...] = cupy.asarray(host)
+
+
+def _describe_mismatch(sigs, limit=8):
+    """Lines saying how each rank's parameter list differs from rank 0's."""
+    lines = []
+    ref = {s[0]: s for s in sigs[0]}
+    for r, sig in enumerate(sigs[1:], start=1):
+        mine = {s[0]: s for s in sig}
+        for name in sorted(set(ref) | set(mine)):
+            a, b = ref.get(name), mine.get(name)
+            if a == b:
+                continue
+            if a is None or b is None:
+                has, lacks = (r, 0) if a is None else (0, r)
+                lines.append(f"  parameter {name!r} exists on rank {has} but not on rank {lacks}")
+            elif a[3] != b[3]:
+                has, lacks = (0, r) if a[3] else (r, 0)
+                lines.append(f"  rank {lacks} has no gradient for {name!r} while rank {has} has one: "
+                             f"pass zero_fill=True to count missing gradients as zeros")
+            else:
+                lines.append(f"  {name!r}: shape {a[1]} dtype {a[2]} on {a[4]} at rank 0, "
+                             f"shape {b[1]} dtype {b[2]} on {b[4]} at rank {r}")
+            if len(lines) >= limit:
+                return "\n".join(lines + ["  ..."])
+    return "\n".join(lines) or "  (the same parameters, but a different allreduce_grad_dtype)"

@@ -1,0 +1,37 @@
+"""``naive``: one MPI allreduce per parameter, no flat buffer (ChainerMN's testing communicator).
+
+Kept simple on purpose: it is the reference the other strategies are tested
+against. float16 on the wire or mixed dtypes go through a temporary per param.
+"""
+import numpy as np
+
+from mnframe.communicators import p2p_collectives as pc
+from mnframe.communicators.mpi_communicator import MpiCommunicator
+from mnframe.communicators.reducer_base import GradReducer, scale_inplace
+
+
+class NaiveReducer(GradReducer):
+    def mean(self, layout, params):
+        scale = 1.0 / self.comm.size
+        for g in layout.groups:
+            for e in g.entries:
+                p = params[e.index][1]
+                grad = p.grad
+                if grad is None:
+                    grad = np.zeros(e.shape, dtype=p.array.dtype)
+                if grad.dtype == g.dtype and grad.flags.c_contiguous and grad.flags.writeable:
+                    wire = grad
+                else:
+                    wire = np.ascontiguousarray(grad, dtype=g.dtype)
+                pc.allreduce_inplace(self.comm, wire)
+                scale_inplace(wire, scale)
+                if wire is not grad:
+                    np.copyto(grad, wire, casting="unsafe")
+                if p.grad is not grad:
+                    p.grad = grad
+
+
+class NaiveCommunicator(MpiCommunicator):
+    """Per-parameter MPI allreduce; works on any placement, CPU arrays."""
+
+    reducer_class = NaiveReducer

@@ -1,0 +1,84 @@
+"""The gradient-averaging strategy interface and its buffer cache.
+
+A communicator owns one ``GradReducer``. ``mean(layout, params)`` packs the
+gradients into the layout's persistent buffer, averages the buffer over all
+ranks (the strategy's ``reduce``) and hands the averaged gradients back as views.
+Buffers are cached per layout (a few, least recently used first out), so a
+communicator serving two models (e.g. a GAN's generator and discriminator)
+keeps one buffer for each instead of reallocating on every call. Every rank
+sees the same sequence of layouts, so allocation and eviction (collective for
+shared memory) happen at the same point on every rank.
+"""
+import collections
+
+import numpy as np
+
+from mnframe.communicators import packing
+
+CACHED_LAYOUTS = 4
+
+
+class Buffer:
+    """One layout's persistent buffer: ``buf`` is this rank's bytes."""
+
+    def __init__(self, buf):
+        self.buf = buf
+        self.params = None  # the params last unpacked into it (for release)
+
+    def free(self):
+        self.buf = None
+
+
+class GradReducer:
+    """Averages gradients over ``mpi_comm``; subclasses implement ``reduce``."""
+
+    def __init__(self, mpi_comm, topology):
+        self.comm = mpi_comm
+        self.topo = topology
+        self._buffers = collections.OrderedDict()
+
+    # -- what a strategy provides
+    def allocate(self, layout):
+        """A Buffer of ``layout.nbytes`` for this strategy (private memory by default)."""
+        return Buffer(np.empty(max(1, layout.nbytes), dtype=np.uint8))
+
+    def reduce(self, layout, buffer):
+        """Replace the packed sums in ``buffer`` by their mean over all ranks."""
+        raise NotImplementedError
+
+    # -- the common flow
+    def mean(self, layout, params):
+        buffer = self._buffer(layout)
+        packing.pack(layout, params, buffer.buf)
+        self.reduce(layout, buffer)
+        packing.unpack(layout, params, buffer.buf)
+        buffer.params = params
+
+    def _buffer(self, layout):
+        buffer = self._buffers.get(layout.key)
+        if buffer is not None:
+            self._buffers.move_to_end(layout.key)
+            return buffer
+        if len(self._buffers) >= CACHED_LAYOUTS:
+            old_key, old = self._buffers.popitem(last=False)
+            self._drop(old)
+        buffer = self.allocate(layout)
+        buffer.layout = layout
+        self._buffers[layout.key] = buffer
+        return buffer
+
+    def _drop(self, buffer):
+        if buffer.params is not None:
+            packing.release(buffer.layout, buffer.params, buffer.buf)
+        buffer.free()
+
+    def close(self):
+        """Free every buffer (gradients that were views become copies). Collective."""
+        while self._buffers:
+            _, buffer = self._buffers.popitem(last=False)
+            self._drop(buffer)
+
+
+def scale_inplace(arr, scale):
+    if scale != 1 and arr.size:
+        np.multiply(arr, scale, out=arr, casting="unsafe")

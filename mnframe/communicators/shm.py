@@ -1,0 +1,60 @@
+"""MPI-3 shared-memory segments for the intra-node step of the CPU reducers.
+
+Every rank of a node allocates one segment of the layout's size in a shared
+window (``MPI.Win.Allocate_shared`` over the node communicator) and maps the
+segments of all its node peers, so a rank can read and write its peers'
+gradients directly. ``ShmReducer`` is the base of the strategies built on it.
+Synchronisation: ``fence()`` = memory sync + node barrier; a strategy calls it
+before reading peers' data and before returning (so no rank reuses its segment
+while a peer still reads it).
+"""
+import numpy as np
+from mpi4py import MPI
+
+from mnframe.communicators import packing
+from mnframe.communicators.reducer_base import Buffer, GradReducer
+from mnframe.runtime import oplog
+
+
+class SharedSegments(Buffer):
+    """A shared window with one segment per node rank; ``buf`` is this rank's segment."""
+
+    def __init__(self, intra_comm, nbytes):
+        size = max(packing.ALIGN, -(-nbytes // packing.ALIGN) * packing.ALIGN)
+        info = MPI.Info.Create()
+        info.Set("alloc_shared_noncontig", "true")
+        with oplog.op("shm:allocate", nbytes=size):
+            self.win = MPI.Win.Allocate_shared(size, 1, info=info, comm=intra_comm)
+        info.Free()
+        self.win.Lock_all(MPI.MODE_NOCHECK)
+        self.segments = []
+        for r in range(intra_comm.size):
+            mem, _ = self.win.Shared_query(r)
+            self.segments.append(np.frombuffer(mem, dtype=np.uint8, count=size))
+        super().__init__(self.segments[intra_comm.rank])
+        self.views = {}  # layout key -> per-rank group arrays
+
+    def group_arrays(self, layout):
+        """[rank][group] typed arrays of every node rank's segment."""
+        views = self.views.get(layout.key)
+        if views is None:
+            views = self.views[layout.key] = [layout.group_arrays(s) for s in self.segments]
+        return views
+
+    def free(self):
+        self.segments = self.views = self.buf = None
+        self.win.Unlock_all()
+        self.win.Free()
+
+
+class ShmReducer(GradReducer):
+    """Base of the reducers whose intra-node step goes through shared memory."""
+
+    def allocate(self, layout):
+        return SharedSegments(self.topo.intra_comm, layout.nbytes)
+
+    def fence(self, buffer, what):
+        buffer.win.Sync()
+        with oplog.op(what):
+            self.topo.intra_comm.Barrier()
+        buffer.win.Sync()

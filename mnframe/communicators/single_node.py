@@ -1,0 +1,22 @@
+"""``single_node``: all ranks on one node; one fused shared-memory pass.
+
+The same algorithm as two_dimensional on one node. Created on several nodes it
+raises (on every rank alike, since all ranks see the same topology).
+"""
+from mnframe.communicators.mpi_communicator import MpiCommunicator
+from mnframe.communicators.two_dimensional import TwoDimensionalReducer
+
+
+class SingleNodeReducer(TwoDimensionalReducer):
+    def __init__(self, mpi_comm, topology):
+        if topology.inter_size != 1:
+            raise ValueError(
+                f"single_node communicator needs every rank on one node, but the ranks span "
+                f"{topology.inter_size} nodes; use 'two_dimensional' or 'hierarchical' instead")
+        super().__init__(mpi_comm, topology)
+
+
+class SingleNodeCommunicator(MpiCommunicator):
+    """One node only: fused shared-memory reduce-scatter + allgather."""
+
+    reducer_class = SingleNodeReducer

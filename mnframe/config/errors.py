@@ -1,0 +1,73 @@
+"""Configuration problems, collected and reported all at once.
+
+A ``ConfigIssue`` names the config path, the bad value, what is wrong and
+what is allowed (with a "did you mean" suggestion for misspellings).
+``raise_issues`` turns a list of them into one ``ConfigError`` whose message
+lists every issue; the guard prints it without a traceback and exits 2.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Iterable, List, Optional, Sequence
+
+try:
+    from mnframe.runtime.errors import ConfigError
+except ImportError:  # pragma: no cover - until the runtime area lands
+    class ConfigError(ValueError):
+        """A configuration is invalid (exit status 2)."""
+
+        exit_status = 2
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    path: str                       # dotted config path, e.g. "dataset.batch_size"
+    message: str                    # what is wrong
+    value: Any = _MISSING           # the offending value, when there is one
+    allowed: Optional[str] = None   # what would be accepted
+    suggestion: Optional[str] = None
+
+    def render(self) -> str:
+        text = f"  {self.path or '<root>'}: {self.message}"
+        if self.value is not _MISSING:
+            text += f" (got {self.value!r})"
+        if self.allowed:
+            text += f"; allowed: {self.allowed}"
+        if self.suggestion:
+            text += f"; did you mean {self.suggestion!r}?"
+        return text
+
+
+def suggest(word: str, choices: Iterable[str]) -> Optional[str]:
+    """The closest of ``choices`` to a misspelled ``word``, or None."""
+    matches = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def join_path(*parts: Any) -> str:
+    out = ""
+    for p in parts:
+        if p is None or p == "":
+            continue
+        out = f"{out}.{p}" if out else str(p)
+    return out
+
+
+def format_issues(issues: Sequence[ConfigIssue], header: str = "invalid configuration") -> str:
+    lines = [f"{header}: {len(issues)} problem{'s' if len(issues) != 1 else ''}"]
+    lines += [i.render() for i in issues]
+    lines.append("Fix the recipe YAML or the command-line override named above "
+                 "(`python -m mnframe ... --cfg job` shows the composed config).")
+    return "\n".join(lines)
+
+
+def raise_issues(issues: List[ConfigIssue], header: str = "invalid configuration") -> None:
+    """Raise one ConfigError listing every issue (no-op when there is none)."""
+    if issues:
+        raise ConfigError(format_issues(issues, header))
+
+
+__all__ = ["ConfigError", "ConfigIssue", "suggest", "join_path", "format_issues", "raise_issues"]

@@ -1,0 +1,348 @@
+"""Pydantic models of the runner's configuration, one per ``conf/`` group.
+
+The composed Hydra config (a plain dict by then) is validated against
+``RunConfig``. Every model forbids unknown keys so a misspelled key is an
+error (with a suggestion, see ``mnframe.config.validate``) instead of being
+silently ignored. Checks that need the world size, the GPU or imports of
+``_target_``s live in ``mnframe.config.validate``; this module only describes
+shapes and value ranges, and imports nothing heavy.
+
+Layout (``conf/<group>/<choice>.yaml`` fills each section)::
+
+    name, seed, resume          top level (the recipe sets ``name``)
+    communicator                CommunicatorConfig
+    optimizer                   OptimizerConfig (+ hooks, lr_schedule)
+    dataset                     DatasetConfig (source, strategy, batch size, loader)
+    model                       Component, or {name: Component} for several models
+    topology                    DataParallelTopology | ModelParallelTopology
+    updater                     UpdaterConfig
+    trainer                     TrainerConfig
+    extensions                  {name: one of EXTENSION_KINDS}
+    checkpoint                  CheckpointConfig
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+
+PositiveInt = Annotated[int, Field(gt=0)]
+Unit = Literal["epoch", "iteration"]
+
+
+class Strict(BaseModel):
+    """Base of every section: unknown keys are errors, values are not coerced loosely."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Component(BaseModel):
+    """``{_target_: dotted.path, **kwargs}``: something the builder instantiates.
+
+    Extra keys are the keyword arguments; ``mnframe.config.validate`` checks
+    them against the target's signature (unknown or missing arguments).
+    """
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    target: str = Field(alias="_target_", min_length=1)
+
+    @property
+    def kwargs(self) -> Dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+# -- communicator ------------------------------------------------------------
+
+class CommunicatorConfig(Strict):
+    """Arguments of ``mnframe.create_communicator``; ``name`` is checked against
+    ``mnframe.communicators.registry.COMMUNICATORS`` (GPU needs included)."""
+
+    name: str = "naive"
+    allreduce_grad_dtype: Optional[Literal["float16", "float32", "float64"]] = None
+    batched_copy: bool = False
+
+
+# -- optimizer ---------------------------------------------------------------
+
+class ExponentialShift(Strict):
+    """chainer.training.extensions.ExponentialShift: attr *= rate every interval."""
+
+    kind: Literal["exponential_shift"] = "exponential_shift"
+    attr: str = "lr"
+    rate: float = Field(0.5, gt=0)
+    init: Optional[float] = None
+    target: Optional[float] = None
+    interval: PositiveInt = 1
+    unit: Unit = "epoch"
+
+
+class LinearShift(Strict):
+    """chainer.training.extensions.LinearShift: attr moves linearly between two values."""
+
+    kind: Literal["linear_shift"] = "linear_shift"
+    attr: str = "lr"
+    value_range: Tuple[float, float]
+    time_range: Tuple[int, int]
+    interval: PositiveInt = 1
+    unit: Unit = "iteration"
+
+
+class StepShift(Strict):
+    """Multiply attr by ``rate`` at each of ``steps`` (in ``unit``s); a MultistepShift."""
+
+    kind: Literal["step"] = "step"
+    attr: str = "lr"
+    rate: float = Field(0.1, gt=0)
+    steps: List[PositiveInt]
+    unit: Unit = "epoch"
+
+
+LrSchedule = Annotated[Union[ExponentialShift, LinearShift, StepShift], Field(discriminator="kind")]
+
+
+class OptimizerConfig(BaseModel):
+    """A Chainer optimizer, its hyper-parameters and the multi-node wrapping.
+
+    ``name`` picks a row of ``mnframe.build.optimizer.OPTIMIZERS`` (e.g.
+    ``momentum_sgd``) unless ``_target_`` names an optimizer class directly.
+    Every other key is a constructor argument (``optimizer.lr=0.01``), checked
+    against the optimizer's signature by ``mnframe.config.validate``.
+    """
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    name: Optional[str] = "momentum_sgd"
+    target: Optional[str] = Field(None, alias="_target_")
+    double_buffering: bool = False
+    zero_fill: bool = True
+    weight_decay: Optional[float] = Field(None, ge=0)
+    gradient_clipping: Optional[float] = Field(None, gt=0)
+    lr_schedule: Optional[LrSchedule] = None
+
+    @property
+    def hparams(self) -> Dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+# -- dataset -----------------------------------------------------------------
+
+class DatasetConfig(Strict):
+    """Where the data comes from and how it is spread over the data-parallel ranks.
+
+    ``source`` is a function returning ``(train, test)``. ``strategy`` is a key of
+    ``mnframe.build.data.STRATEGIES``: ``scatter`` (root loads, scatter_dataset),
+    ``shard`` (every rank loads and keeps its scatter_index shard),
+    ``multi_node_iterator`` (the root's batches are broadcast),
+    ``synchronized`` (every rank iterates the full set in the same order),
+    ``replicate`` (every rank iterates the full set independently).
+    Receive-only model-parallel ranks get an empty dataset (``topology``).
+    """
+
+    source: Component
+    strategy: str = "scatter"
+    shuffle: bool = True
+    batch_size: PositiveInt = 100
+    global_batch_size: Optional[PositiveInt] = None
+    test_batch_size: Optional[PositiveInt] = None
+    loader: Literal["serial", "multiprocess"] = "serial"
+    n_processes: Optional[PositiveInt] = None
+
+
+# -- model and topology ------------------------------------------------------
+
+RankRef = Union[None, int, List[int]]
+
+
+class Stage(Strict):
+    """One component of a rank's MultiNodeChainList: ``add_link(module, rank_in, rank_out)``."""
+
+    module: Component
+    rank_in: RankRef = None
+    rank_out: RankRef = None
+
+
+class RankPlan(Strict):
+    """What one rank of a model-parallel group runs."""
+
+    stages: List[Stage] = Field(min_length=1)
+    dataset: Literal["input", "empty"] = "input"
+    classifier: bool = False
+
+
+class DataParallelTopology(Strict):
+    """Every rank holds the whole ``model``; gradients are averaged."""
+
+    kind: Literal["data_parallel"] = "data_parallel"
+    classifier: bool = True
+
+
+class ModelParallelTopology(Strict):
+    """A model split over ``len(ranks)`` ranks (ranks numbered inside the group).
+
+    With a world larger than the group, the world is split into
+    ``world_size / group_size`` replicas (dual parallelism): model
+    communicator ``color = rank // group_size``, data communicator
+    ``color = rank % group_size``.
+    """
+
+    kind: Literal["model_parallel"] = "model_parallel"
+    ranks: Dict[int, RankPlan] = Field(min_length=1)
+
+    @field_validator("ranks")
+    @classmethod
+    def _contiguous(cls, ranks: Dict[int, RankPlan]) -> Dict[int, RankPlan]:
+        expected = list(range(len(ranks)))
+        if sorted(ranks) != expected:
+            raise ValueError(f"ranks must be numbered {expected} (got {sorted(ranks)})")
+        return ranks
+
+    @property
+    def group_size(self) -> int:
+        return len(self.ranks)
+
+
+Topology = Annotated[Union[DataParallelTopology, ModelParallelTopology], Field(discriminator="kind")]
+
+
+class UpdaterConfig(Strict):
+    """The updater; ``_target_`` picks a custom one (called with iterator=,
+    optimizer=, device=, plus ``models=`` when it accepts it, and ``kwargs``)."""
+
+    target: str = Field("chainer.training.updaters.StandardUpdater", alias="_target_")
+    kwargs: Dict[str, Any] = Field(default_factory=dict)
+
+
+# -- trainer -----------------------------------------------------------------
+
+class TrainerConfig(Strict):
+    """Stop trigger, device choice and output directory.
+
+    ``device``: ``cpu``; ``gpu`` (GPU number ``intra_rank``, fails without CUDA);
+    ``auto`` (``gpu`` when CuPy sees a device, else ``cpu``).
+    ``out``: null means the run directory.
+    """
+
+    stop: Tuple[PositiveInt, Unit] = (20, "epoch")
+    device: Literal["auto", "cpu", "gpu"] = "cpu"
+    out: Optional[str] = None
+
+
+# -- extensions --------------------------------------------------------------
+
+class ExtensionBase(Strict):
+    """Fields every extension has; ``kind`` defaults to the mapping key."""
+
+    kind: Optional[str] = None
+    enabled: bool = True
+    rank0_only: bool = True
+    interval: PositiveInt = 1
+    unit: Unit = "epoch"
+
+
+class EvaluatorExt(ExtensionBase):
+    """Multi-node evaluator on the test split (runs on every rank)."""
+
+    rank0_only: bool = False
+
+
+class LogReportExt(ExtensionBase):
+    """chainer LogReport writing the JSON log ``file_name`` into the run directory."""
+
+    file_name: str = "log"
+
+
+class PrintReportExt(ExtensionBase):
+    """The report table."""
+
+    entries: List[str] = Field(default_factory=lambda: [
+        "epoch", "iteration", "main/loss", "validation/main/loss",
+        "main/accuracy", "validation/main/accuracy", "elapsed_time"])
+
+
+class ProgressBarExt(ExtensionBase):
+    update_interval: PositiveInt = 10
+
+
+class PlotExt(ExtensionBase):
+    """chainer PlotReport: a PNG of ``y_keys`` (needs matplotlib)."""
+
+    y_keys: List[str] = Field(min_length=1)
+    x_key: Unit = "epoch"
+    file_name: str
+
+
+class ObserveLrExt(ExtensionBase):
+    attr: str = "lr"
+
+
+class CustomExt(ExtensionBase):
+    """Any extension by ``_target_`` (called with ``kwargs``)."""
+
+    target: str = Field(alias="_target_")
+    kwargs: Dict[str, Any] = Field(default_factory=dict)
+
+
+# kind -> model; the builder table (mnframe.build.extensions) has the same keys.
+EXTENSION_KINDS: Dict[str, type] = {
+    "evaluator": EvaluatorExt,
+    "log_report": LogReportExt,
+    "print_report": PrintReportExt,
+    "progress_bar": ProgressBarExt,
+    "plot": PlotExt,
+    "observe_lr": ObserveLrExt,
+    "custom": CustomExt,
+}
+
+
+# -- checkpoint --------------------------------------------------------------
+
+try:  # the reliability area's model, when it exists, is the source of truth
+    from mnframe.checkpoint.config import CheckpointConfig  # type: ignore
+except ImportError:  # pragma: no cover - fallback until mnframe.checkpoint lands
+    class CheckpointConfig(Strict):  # type: ignore[no-redef]
+        """Periodic multi-node checkpoints of the whole training state."""
+
+        enabled: bool = True
+        interval: PositiveInt = 1
+        unit: Unit = "epoch"
+        keep: PositiveInt = 2
+
+
+# -- the whole run -----------------------------------------------------------
+
+def _model_tag(value: Any) -> str:
+    has_target = isinstance(value, Component) or (isinstance(value, dict) and "_target_" in value)
+    return "one" if has_target else "named"
+
+
+# One model ({_target_: ...}) or several by name ({gen: {...}, dis: {...}}).
+ModelSection = Annotated[
+    Union[Annotated[Component, Tag("one")], Annotated[Dict[str, Component], Tag("named")]],
+    Discriminator(_model_tag),
+]
+
+
+class RunConfig(Strict):
+    """The composed configuration of one run (one Hydra job)."""
+
+    name: str = Field(min_length=1)
+    seed: int = 0
+    resume: Literal["auto", "must", "never"] = "auto"
+    communicator: CommunicatorConfig
+    optimizer: OptimizerConfig
+    dataset: DatasetConfig
+    model: Optional[ModelSection] = None
+    topology: Topology
+    updater: UpdaterConfig = Field(default_factory=UpdaterConfig)
+    trainer: TrainerConfig
+    # validated per entry by mnframe.config.validate (kind chosen by key or ``kind``)
+    extensions: Dict[str, Dict[str, Any]] = Field(default_factory=dict)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+
+
+def extension_model(name: str, section: Dict[str, Any]) -> Optional[type]:
+    """The model class for extension ``name`` (``kind`` or the key; ``_target_`` = custom)."""
+    if "_target_" in section:
+        return CustomExt
+    return EXTENSION_KINDS.get(section.get("kind") or name)

@@ -1,0 +1,250 @@
+"""The model-parallel rank graph and its static checks (no MPI needed).
+
+Each rank of a model-parallel group runs its stages in order: a stage first
+receives from ``rank_in`` (blocking), computes, then sends to ``rank_out``
+(blocking). Backward runs the stages in reverse: a stage first receives the
+gradients of what it sent, then sends the gradients of what it received.
+
+``check_graph`` verifies that every peer exists, every send has a receive,
+every rank has work, and simulates the per-rank sequences of blocking
+operations with rendezvous semantics (the worst case of MPI's standard
+send), so an order that can deadlock in forward or backward is reported
+with what each rank waits for. ``describe`` prints the graph and the
+schedule; ``render_png`` draws it with matplotlib.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from mnframe.config.errors import ConfigIssue
+from mnframe.config.schema import ModelParallelTopology, RankPlan
+
+
+@dataclass(frozen=True)
+class Op:
+    """One blocking point-to-point operation of a rank's schedule."""
+
+    kind: str          # "send" | "recv"
+    peer: int
+    stage: int
+    phase: str         # "forward" | "backward"
+
+    def __str__(self) -> str:
+        arrow = "->" if self.kind == "send" else "<-"
+        return f"{self.phase} stage {self.stage}: {self.kind} {arrow} rank {self.peer}"
+
+
+@dataclass
+class GraphReport:
+    issues: List[ConfigIssue] = field(default_factory=list)
+    schedule: Dict[int, List[Op]] = field(default_factory=dict)
+    steps: List[Tuple[int, int, Op]] = field(default_factory=list)  # (sender, receiver, op)
+
+    @property
+    def ok(self) -> bool:
+        return not self.issues
+
+
+def _peers(ref) -> List[int]:
+    if ref is None:
+        return []
+    return [ref] if isinstance(ref, int) else list(ref)
+
+
+def rank_schedule(plan: RankPlan) -> List[Op]:
+    """The blocking operations one rank issues for one training iteration."""
+    ops: List[Op] = []
+    for i, stage in enumerate(plan.stages):
+        ops += [Op("recv", p, i, "forward") for p in _peers(stage.rank_in)]
+        ops += [Op("send", p, i, "forward") for p in _peers(stage.rank_out)]
+    for i in reversed(range(len(plan.stages))):
+        stage = plan.stages[i]
+        ops += [Op("recv", p, i, "backward") for p in _peers(stage.rank_out)]
+        ops += [Op("send", p, i, "backward") for p in _peers(stage.rank_in)]
+    return ops
+
+
+def _path(rank: int, stage: Optional[int] = None, key: Optional[str] = None) -> str:
+    out = f"topology.ranks.{rank}"
+    if stage is not None:
+        out += f".stages.{stage}"
+    if key:
+        out += f".{key}"
+    return out
+
+
+def _structure_issues(topo: ModelParallelTopology) -> List[ConfigIssue]:
+    n = topo.group_size
+    issues = []
+    for r, plan in topo.ranks.items():
+        for i, stage in enumerate(plan.stages):
+            for key in ("rank_in", "rank_out"):
+                for p in _peers(getattr(stage, key)):
+                    if p == r:
+                        issues.append(ConfigIssue(_path(r, i, key), "a rank cannot talk to itself",
+                                                  value=p))
+                    elif not 0 <= p < n:
+                        issues.append(ConfigIssue(_path(r, i, key), f"rank {p} does not exist in "
+                                                  f"a group of {n}", value=p,
+                                                  allowed=f"0..{n - 1} or null"))
+        first, last = plan.stages[0], plan.stages[-1]
+        if plan.dataset == "empty" and first.rank_in is None:
+            issues.append(ConfigIssue(_path(r, 0, "rank_in"), "this rank has an empty dataset, "
+                                      "so its first stage must receive its input from a rank",
+                                      value=None))
+        if plan.classifier and last.rank_out is not None:
+            issues.append(ConfigIssue(_path(r, len(plan.stages) - 1, "rank_out"),
+                                      "a rank with the loss (classifier: true) must end with "
+                                      "a stage that keeps its output (rank_out: null)",
+                                      value=last.rank_out))
+    has_loss = any(p.classifier for p in topo.ranks.values())
+    if not has_loss:
+        issues.append(ConfigIssue("topology.ranks", "no rank computes the loss; set "
+                                  "classifier: true on the rank that produces the output"))
+    # every rank has work: it holds the input, or some rank talks to it
+    talked_to = {p for plan in topo.ranks.values() for s in plan.stages
+                 for p in _peers(s.rank_in) + _peers(s.rank_out)}
+    for r, plan in topo.ranks.items():
+        sends = any(_peers(s.rank_out) or _peers(s.rank_in) for s in plan.stages)
+        if r not in talked_to and not sends and n > 1:
+            issues.append(ConfigIssue(_path(r), "this rank exchanges nothing with the other "
+                                      "ranks, so it has no part in the model"))
+    return issues
+
+
+def _count_issues(schedule: Dict[int, List[Op]]) -> List[ConfigIssue]:
+    """Every send needs a receive on the peer (per direction, phase forward)."""
+    issues = []
+    count: Dict[Tuple[int, int], List[Op]] = {}
+    for r, ops in schedule.items():
+        for op in ops:
+            if op.phase != "forward":
+                continue
+            key = (r, op.peer) if op.kind == "send" else (op.peer, r)
+            count.setdefault(key, []).append(op)
+    for (src, dst), ops in sorted(count.items()):
+        sends = [o for o in ops if o.kind == "send"]
+        recvs = [o for o in ops if o.kind == "recv"]
+        if len(sends) > len(recvs):
+            o = sends[len(recvs)]
+            issues.append(ConfigIssue(_path(src, o.stage, "rank_out"),
+                                      f"rank {src} sends to rank {dst} but rank {dst} has no "
+                                      f"matching receive (rank_in: {src})", value=dst))
+        elif len(recvs) > len(sends):
+            o = recvs[len(sends)]
+            issues.append(ConfigIssue(_path(dst, o.stage, "rank_in"),
+                                      f"rank {dst} receives from rank {src} but rank {src} "
+                                      f"never sends to it (rank_out: {dst})", value=src))
+    return issues
+
+
+def simulate(schedule: Dict[int, List[Op]]) -> Tuple[List[Tuple[int, int, Op]], Dict[int, Op]]:
+    """Run the blocking schedules; return the matched steps and, on deadlock,
+    each unfinished rank's pending operation (empty dict when all finished)."""
+    pos = {r: 0 for r in schedule}
+    steps = []
+    progressed = True
+    while progressed:
+        progressed = False
+        for r in sorted(schedule):
+            if pos[r] >= len(schedule[r]):
+                continue
+            op = schedule[r][pos[r]]
+            if op.kind != "send" or op.peer not in schedule:
+                continue
+            peer_ops, q = schedule[op.peer], pos[op.peer]
+            if q < len(peer_ops) and peer_ops[q].kind == "recv" and peer_ops[q].peer == r:
+                steps.append((r, op.peer, op))
+                pos[r] += 1
+                pos[op.peer] += 1
+                progressed = True
+    blocked = {r: schedule[r][pos[r]] for r in schedule if pos[r] < len(schedule[r])}
+    return steps, blocked
+
+
+def check_graph(topo: ModelParallelTopology) -> GraphReport:
+    """All static checks of a model-parallel graph; issues carry config paths."""
+    report = GraphReport()
+    report.issues += _structure_issues(topo)
+    if report.issues:
+        return report
+    report.schedule = {r: rank_schedule(plan) for r, plan in topo.ranks.items()}
+    report.issues += _count_issues(report.schedule)
+    if report.issues:
+        return report
+    report.steps, blocked = simulate(report.schedule)
+    if blocked:
+        waits = "; ".join(f"rank {r} waits in {op}" for r, op in sorted(blocked.items()))
+        phase = min(op.phase for op in blocked.values())
+        first = min(blocked)
+        report.issues.append(ConfigIssue(
+            _path(first, blocked[first].stage), f"the stage order deadlocks in {phase}: {waits}",
+            allowed="reorder the stages so that each send meets the peer's receive"))
+    return report
+
+
+def replicas(topo: ModelParallelTopology, world_size: int) -> List[List[int]]:
+    """World ranks of each model replica (dual parallelism: color = rank // group)."""
+    g = topo.group_size
+    return [list(range(k * g, (k + 1) * g)) for k in range(max(1, world_size // g))]
+
+
+def describe(topo: ModelParallelTopology, world_size: int,
+             report: Optional[GraphReport] = None) -> str:
+    """A text picture of the graph, its replicas and the simulated schedule."""
+    report = report or check_graph(topo)
+    lines = [f"model-parallel group of {topo.group_size} ranks; world size {world_size}"]
+    for k, members in enumerate(replicas(topo, world_size)):
+        lines.append(f"  replica {k}: world ranks {members}")
+    for r, plan in topo.ranks.items():
+        tags = [f"dataset={plan.dataset}"] + (["loss"] if plan.classifier else [])
+        lines.append(f"rank {r} ({', '.join(tags)}):")
+        for i, s in enumerate(plan.stages):
+            src = "input" if s.rank_in is None else f"rank {s.rank_in}"
+            dst = "output" if s.rank_out is None else f"rank {s.rank_out}"
+            lines.append(f"  [{i}] {src} -> {s.module.target} -> {dst}")
+    if report.steps:
+        lines.append("schedule (one iteration, blocking order):")
+        for n, (src, dst, op) in enumerate(report.steps, 1):
+            lines.append(f"  {n:2d}. {op.phase:8s} rank {src} -> rank {dst} (stage {op.stage})")
+    lines.append("graph OK" if report.ok else "graph has problems:")
+    lines += [i.render() for i in report.issues]
+    return "\n".join(lines)
+
+
+def render_png(topo: ModelParallelTopology, path: str) -> str:
+    """Draw ranks as columns of stage boxes and sends as arrows; return ``path``."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = topo.group_size
+    depth = max(len(p.stages) for p in topo.ranks.values())
+    fig, ax = plt.subplots(figsize=(3 + 2.5 * n, 1.5 + 1.2 * depth))
+    pos = {}
+    for r, plan in topo.ranks.items():
+        ax.text(r * 3, 0.6, f"rank {r}", ha="center", fontweight="bold")
+        for i, s in enumerate(plan.stages):
+            xy = (r * 3, -i * 1.5)
+            pos[(r, i)] = xy
+            ax.text(*xy, s.module.target.rsplit(".", 1)[-1], ha="center", va="center",
+                    bbox=dict(boxstyle="round", fc="#dde8ff" if plan.dataset == "input" else "#eee"))
+    for r, plan in topo.ranks.items():
+        for i, s in enumerate(plan.stages):
+            for p in _peers(s.rank_out):
+                # the receiving stage: the peer's first stage that takes input from r
+                j = next((j for j, t in enumerate(topo.ranks[p].stages) if r in _peers(t.rank_in)
+                          and pos[(p, j)][1] <= pos[(r, i)][1]), None)
+                if j is None:
+                    j = next((j for j, t in enumerate(topo.ranks[p].stages)
+                              if r in _peers(t.rank_in)), 0)
+                ax.annotate("", xy=pos[(p, j)], xytext=pos[(r, i)],
+                            arrowprops=dict(arrowstyle="->", color="tab:blue", shrinkA=18,
+                                            shrinkB=18))
+    ax.set_xlim(-1.5, 3 * (n - 1) + 1.5)
+    ax.set_ylim(-1.5 * depth, 1.2)
+    ax.axis("off")
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return path

@@ -1,0 +1,208 @@
+"""scatter_dataset / scatter_index: ChainerMN's partition, but each rank receives only its shard.
+
+ChainerMN broadcasts the whole (pickled) dataset to every rank and lets each
+take a SubDataset of it: every rank pays the time and memory of the full
+dataset. Here the root computes the same partition (same ranges, same seeded
+permutation, so a seeded run puts every example on the same rank as ChainerMN)
+and sends each rank its own examples only:
+
+* NumPy arrays and ``TupleDataset``s of arrays travel as raw bytes in chunks
+  (no pickle, no size limit); the shard arrives as an ndarray / TupleDataset.
+* anything else is pickled shard by shard and arrives as a list of examples.
+
+The root's decision (layout, ranges, or an error) is broadcast first, so a
+problem seen on the root raises the same ``DataSizeError``/``ValueError`` on
+every rank instead of leaving the others waiting.
+"""
+import chainer
+import numpy as np
+
+from mnframe.datasets import partition, transport
+from mnframe.runtime import oplog
+
+
+class DataSizeError(RuntimeError):
+    """A size limit of the scatter was hit (chunk size over the MPI count limit, ...)."""
+
+
+def _mpi_comm(comm):
+    """Accept a mnframe/ChainerMN communicator or a raw mpi4py communicator."""
+    return getattr(comm, "mpi_comm", comm)
+
+
+# ---- layouts: how one kind of dataset is described, cut and moved -------------------------
+
+class _ArrayLayout:
+    """A NumPy ndarray (non-object dtype): one raw component."""
+
+    @staticmethod
+    def matches(dataset):
+        return isinstance(dataset, np.ndarray) and dataset.ndim >= 1 and not dataset.dtype.hasobject
+
+    @staticmethod
+    def components(dataset):
+        return [dataset]
+
+    @staticmethod
+    def build(arrays):
+        return arrays[0]
+
+
+class _TupleLayout:
+    """A ``chainer.datasets.TupleDataset`` whose components are all raw NumPy arrays."""
+
+    @staticmethod
+    def matches(dataset):
+        return isinstance(dataset, chainer.datasets.TupleDataset) and all(
+            _ArrayLayout.matches(d) for d in dataset._datasets)
+
+    @staticmethod
+    def components(dataset):
+        return list(dataset._datasets)
+
+    @staticmethod
+    def build(arrays):
+        return chainer.datasets.TupleDataset(*arrays)
+
+
+_RAW_LAYOUTS = {"ndarray": _ArrayLayout, "tuple": _TupleLayout}
+
+
+def _layout_name(dataset):
+    for name, layout in _RAW_LAYOUTS.items():
+        if layout.matches(dataset):
+            return name
+    return "pickle"
+
+
+def _take_local(dataset, index):
+    """The root's own shard, without a round trip through MPI."""
+    name = _layout_name(dataset)
+    if name == "pickle":
+        return _examples(dataset, index)
+    layout = _RAW_LAYOUTS[name]
+    # a slice stays a view of the dataset (as ChainerMN's SubDataset would); a shuffled shard is a copy
+    parts = [c[index] if isinstance(index, slice) else np.take(c, index, axis=0)
+             for c in layout.components(dataset)]
+    return layout.build(parts)
+
+
+def _examples(dataset, index):
+    if isinstance(index, slice):
+        index = range(*index.indices(len(dataset)))
+    return [dataset[int(i)] for i in index]
+
+
+# ---- the root's plan ----------------------------------------------------------------------
+
+def _plan(dataset, size, shuffle, seed, max_buf_len, force_equal_length):
+    """(header broadcast to all ranks, permutation kept on the root)."""
+    if dataset is None:
+        return {"error": ("ValueError", "scatter_dataset: the root rank passed dataset=None; "
+                                        "pass the dataset on the root (other ranks may pass None)")}, None
+    if not 0 < max_buf_len <= transport.MPI_COUNT_MAX:
+        return {"error": ("DataSizeError",
+                          f"scatter_dataset: max_buf_len={max_buf_len} must be in [1, 2**31 - 1] bytes "
+                          "(it is the size of one MPI message); the dataset itself may be larger")}, None
+    n = len(dataset)
+    name = _layout_name(dataset)
+    header = {
+        "error": None, "layout": name, "n": n, "chunk": int(max_buf_len),
+        "ranges": partition.shard_ranges(n, size, force_equal_length),
+    }
+    if name != "pickle":
+        comps = _RAW_LAYOUTS[name].components(dataset)
+        lengths = {len(c) for c in comps}
+        if len(lengths) != 1:
+            return {"error": ("ValueError", f"scatter_dataset: TupleDataset components have different "
+                                            f"lengths {sorted(lengths)}")}, None
+        header["components"] = [(c.dtype, c.shape[1:]) for c in comps]
+    return header, partition.permutation(n, shuffle, seed)
+
+
+_ERRORS = {"DataSizeError": DataSizeError, "ValueError": ValueError}
+
+
+def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
+                    max_buf_len=256 * 1024 * 1024, force_equal_length=True):
+    """Scatter ``dataset`` (significant on ``root`` only) so each rank gets its shard.
+
+    Same partition as ChainerMN: ``shuffle`` permutes with
+    ``numpy.random.RandomState(seed)``; ``force_equal_length=True`` gives every
+    rank ``ceil(n / size)`` examples (shards may overlap), ``False`` puts each
+    example on exactly one rank. ``max_buf_len`` is the largest single MPI
+    message in bytes (at most 2**31 - 1); larger datasets are sent in chunks.
+    Collective: every rank of ``comm`` must call it with the same ``root``.
+
+    Returns an ndarray (ndarray input), a TupleDataset (TupleDataset of
+    arrays), or a list of examples (any other dataset).
+    """
+    mpi = _mpi_comm(comm)
+    if not 0 <= root < mpi.size:
+        raise ValueError(f"scatter_dataset: root={root} is not a rank of a communicator of size {mpi.size}")
+    if mpi.rank == root:
+        header, order = _plan(dataset, mpi.size, shuffle, seed, max_buf_len, force_equal_length)
+    else:
+        header, order = None, None
+    with oplog.op("scatter_dataset.header", peer=root):
+        header = mpi.bcast(header, root=root)
+    if header["error"] is not None:
+        kind, message = header["error"]
+        raise _ERRORS[kind](message)
+
+    chunk, ranges = header["chunk"], header["ranges"]
+    if mpi.rank == root:
+        return _send_all(mpi, dataset, header, order, root)
+    begin, end = ranges[mpi.rank]
+    if header["layout"] == "pickle":
+        shard, error = transport.recv_object(mpi, root, chunk)
+        if error is not None:
+            raise ValueError(f"scatter_dataset: the root could not send rank {mpi.rank}'s shard: {error}")
+        return shard
+    arrays = [transport.recv_rows(mpi, end - begin, tail, dtype, root, chunk)
+              for dtype, tail in header["components"]]
+    return _RAW_LAYOUTS[header["layout"]].build(arrays)
+
+
+def _send_all(mpi, dataset, header, order, root):
+    """Root: send every other rank its shard, then cut out its own."""
+    chunk, ranges = header["chunk"], header["ranges"]
+    failure = None
+    for dest, (begin, end) in enumerate(ranges):
+        if dest == root:
+            continue
+        index = partition.shard_indices(order, begin, end)
+        if header["layout"] == "pickle":
+            if failure is not None:
+                transport.send_error(mpi, failure, dest)
+                continue
+            try:
+                shard = _examples(dataset, index)
+            except Exception as e:  # e.g. a failing __getitem__: every waiting rank must hear of it
+                failure = f"{type(e).__name__}: {e}"
+                transport.send_error(mpi, failure, dest)
+                continue
+            failure = transport.send_object(mpi, shard, dest, chunk)
+        else:
+            for comp in _RAW_LAYOUTS[header["layout"]].components(dataset):
+                transport.send_rows(mpi, comp, index, dest, chunk)
+    if failure is not None:
+        raise ValueError(f"scatter_dataset: could not build or send a shard: {failure}")
+    begin, end = ranges[root]
+    return _take_local(dataset, partition.shard_indices(order, begin, end))
+
+
+def scatter_index(n_total_samples, comm, root=0, *, force_equal_length=True):
+    """``(begin, end)`` of this rank's shard of ``n_total_samples`` (taken from ``root``).
+
+    The partition of ``scatter_dataset`` without moving any data, for ranks
+    that can all read the dataset themselves.
+    """
+    mpi = _mpi_comm(comm)
+    if not 0 <= root < mpi.size:
+        raise ValueError(f"scatter_index: root={root} is not a rank of a communicator of size {mpi.size}")
+    ranges = None
+    if mpi.rank == root:
+        ranges = partition.shard_ranges(int(n_total_samples), mpi.size, force_equal_length)
+    with oplog.op("scatter_index", peer=root):
+        return tuple(mpi.scatter(ranges, root=root))

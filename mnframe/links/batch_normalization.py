@@ -1,0 +1,339 @@
+"""Batch normalization over the global batch of all ranks.
+
+``MultiNodeBatchNormalization`` normalizes with the mean and variance of the
+concatenation of every rank's local batch, so a data-parallel run behaves like
+one process with the whole batch (useful when per-rank batches are small).
+
+Statistics are combined with Chan's parallel formula: every rank sends
+``(count, local mean, local sum of squared deviations)`` and each rank merges
+them in rank order, which is exact up to rounding and does not suffer the
+cancellation of ``E[x^2] - E[x]^2``. Per-rank batch sizes may differ (even be
+zero). The backward pass needs two more per-channel sums (of ``gy`` and
+``gy * x_hat``) over the global batch. Parameter gradients stay *local* (the
+rank's share), as for any parameter: the multi-node optimizer averages them.
+
+The channel exchange is a strategy object chosen from ``_BACKENDS``:
+``'mpi'`` moves the few per-channel numbers through host MPI; ``'nccl'`` keeps
+them on the GPU (CuPy + NCCL, imported only then); ``'auto'`` picks NCCL when
+the input is a CuPy array and NCCL is usable on every rank, else MPI.
+"""
+import numpy
+
+import chainer
+from chainer import backend
+from chainer import configuration
+from chainer import function_node
+from chainer.links import BatchNormalization
+from chainer.utils import argument
+
+from mnframe.utils import collectives
+
+__all__ = ["MultiNodeBatchNormalization"]
+
+
+# --------------------------------------------------------------------------- exchanges
+
+class _MpiExchange:
+    """Per-channel statistics through host MPI (works for NumPy and CuPy inputs)."""
+
+    name = "mpi"
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def allgather(self, xp, array):
+        host = backend.CpuDevice().send(array)
+        out = collectives.allgather_array(self.comm, host, name="mnbn.allgather_stats")
+        return _to_xp(xp, out)
+
+    def allreduce_sum(self, xp, array):
+        host = backend.CpuDevice().send(array)
+        out = collectives.allreduce_sum(self.comm, host, name="mnbn.allreduce_grad_stats")
+        return _to_xp(xp, out)
+
+
+class _NcclExchange:
+    """Per-channel statistics through NCCL on the current CUDA device.
+
+    Uses the communicator's ``nccl_comm`` when it has one, otherwise creates a
+    NCCL communicator over the same ranks (once, collectively).
+    """
+
+    name = "nccl"
+
+    def __init__(self, comm):
+        self.comm = comm
+        self._nccl_comm = None
+
+    @staticmethod
+    def unavailable_reason():
+        try:
+            import cupy  # noqa: F401
+            from cupy.cuda import nccl  # noqa: F401
+        except Exception as e:  # ImportError, or a CUDA runtime error
+            return f"CuPy with NCCL is not importable ({type(e).__name__}: {e})"
+        if not getattr(nccl, "available", True):
+            return "CuPy was built without NCCL"
+        return None
+
+    def _get_comm(self):
+        if self._nccl_comm is None:
+            own = getattr(self.comm, "nccl_comm", None)
+            if own is not None:
+                self._nccl_comm = own
+            else:
+                from cupy.cuda import nccl
+                mpi_comm = collectives.mpi_comm_of(self.comm)
+                uid = nccl.get_unique_id() if mpi_comm.Get_rank() == 0 else None
+                uid = collectives.bcast_obj(self.comm, uid, name="mnbn.nccl_uid")
+                self._nccl_comm = nccl.NcclCommunicator(mpi_comm.Get_size(), uid, mpi_comm.Get_rank())
+        return self._nccl_comm
+
+    def allgather(self, xp, array):
+        import cupy
+        from cupy.cuda import nccl
+        comm = self._get_comm()
+        send = cupy.ascontiguousarray(cupy.asarray(array, dtype=numpy.float64))
+        out = cupy.empty((comm.size(),) + send.shape, dtype=numpy.float64)
+        stream = cupy.cuda.get_current_stream()
+        from mnframe.runtime import oplog
+        with oplog.op("mnbn.nccl_allgather_stats", array=send):
+            comm.allGather(send.data.ptr, out.data.ptr, send.size, nccl.NCCL_FLOAT64, stream.ptr)
+        return out
+
+    def allreduce_sum(self, xp, array):
+        import cupy
+        from cupy.cuda import nccl
+        comm = self._get_comm()
+        send = cupy.ascontiguousarray(cupy.asarray(array, dtype=numpy.float64))
+        out = cupy.empty_like(send)
+        stream = cupy.cuda.get_current_stream()
+        from mnframe.runtime import oplog
+        with oplog.op("mnbn.nccl_allreduce_grad_stats", array=send):
+            comm.allReduce(send.data.ptr, out.data.ptr, send.size, nccl.NCCL_FLOAT64,
+                           nccl.NCCL_SUM, stream.ptr)
+        return out
+
+
+_BACKENDS = {"mpi": _MpiExchange, "nccl": _NcclExchange}
+_CHOICES = ("auto",) + tuple(_BACKENDS)
+
+
+def _to_xp(xp, host_array):
+    return host_array if xp is numpy else xp.asarray(host_array)
+
+
+def _resolve_backend(requested, comm, x):
+    """Turn 'auto'/'mpi'/'nccl' into an exchange; the same choice on every rank."""
+    if requested == "mpi":
+        return _MpiExchange(comm)
+    on_gpu = backend.get_device_from_array(x).name.startswith("@cupy")
+    reason = _NcclExchange.unavailable_reason()
+    if requested == "nccl":
+        collectives.raise_if_any(
+            comm, None if reason is None else f"communication_backend='nccl' needs {reason}; "
+                                              f"install cupy with NCCL or use 'mpi'/'auto'")
+        return _NcclExchange(comm)
+    # auto: NCCL only if every rank has a GPU input and a usable NCCL.
+    if collectives.all_agree(comm, on_gpu and reason is None, name="mnbn.choose_backend"):
+        return _NcclExchange(comm)
+    return _MpiExchange(comm)
+
+
+# --------------------------------------------------------------------------- functions
+
+def _reduce_axes(x_ndim, gamma_ndim, axis):
+    if axis is None:
+        return (0,) + tuple(range(1 + gamma_ndim, x_ndim))
+    return tuple(axis)
+
+
+def _expander(ndim, axes):
+    """Index that turns a per-channel array into one broadcastable against x."""
+    return tuple(None if i in axes else slice(None) for i in range(ndim))
+
+
+def _compute_dtype(dtype):
+    return numpy.float64 if dtype == numpy.float64 else numpy.float32
+
+
+class _MultiNodeBNFunction(function_node.FunctionNode):
+    """y = gamma * (x - mean) / sqrt(var + eps) + beta with global batch statistics."""
+
+    def __init__(self, exchange, eps, axis, running_mean=None, running_var=None, decay=0.9):
+        self.exchange = exchange
+        self.eps = eps
+        self.axis = axis
+        self.running_mean = running_mean
+        self.running_var = running_var
+        self.decay = decay
+
+    def forward(self, inputs):
+        self.retain_inputs((0, 1))
+        x, gamma, beta = inputs
+        xp = backend.get_array_module(x)
+        axes = _reduce_axes(x.ndim, gamma.ndim, self.axis)
+        ex = _expander(x.ndim, axes)
+        cdtype = _compute_dtype(x.dtype)
+        xc = x.astype(cdtype, copy=False)
+        n_local = int(numpy.prod([x.shape[a] for a in axes], dtype=numpy.int64))
+        c = gamma.size
+
+        # Local moments: mean and sum of squared deviations from the local mean.
+        if n_local > 0:
+            local_mean = xc.mean(axis=axes)
+            local_m2 = xp.square(xc - local_mean[ex]).sum(axis=axes)
+        else:
+            local_mean = xp.zeros(gamma.shape, dtype=cdtype)
+            local_m2 = xp.zeros(gamma.shape, dtype=cdtype)
+        packed = xp.concatenate([
+            xp.full((1,), n_local, dtype=numpy.float64),
+            local_mean.astype(numpy.float64).ravel(),
+            local_m2.astype(numpy.float64).ravel()])
+        table = self.exchange.allgather(xp, packed)  # (size, 1 + 2c), same on every rank
+        counts = table[:, 0]
+        means = table[:, 1:1 + c]
+        m2s = table[:, 1 + c:]
+        total = float(counts.sum())
+        if total == 0:
+            raise ValueError("MultiNodeBatchNormalization got an empty batch on every rank; "
+                             "feed at least one example somewhere")
+        # Chan et al.: merge the per-rank moments in rank order (deterministic on all ranks).
+        mean = (counts[:, None] * means).sum(axis=0) / total
+        m2 = m2s.sum(axis=0) + (counts[:, None] * xp.square(means - mean)).sum(axis=0)
+        var = m2 / total
+
+        self.total = total
+        self.mean = mean.astype(cdtype).reshape(gamma.shape)
+        self.inv_std = (1.0 / xp.sqrt(var + self.eps)).astype(cdtype).reshape(gamma.shape)
+        x_hat = (xc - self.mean[ex]) * self.inv_std[ex]
+        y = gamma.astype(cdtype)[ex] * x_hat + beta.astype(cdtype)[ex]
+
+        if self.running_mean is not None:
+            # Same update as chainer's BatchNormalization, with the *global* count
+            # for the unbiased variance.
+            adjust = total / max(total - 1.0, 1.0)
+            rm, rv = self.running_mean, self.running_var
+            rm *= self.decay
+            rm += ((1 - self.decay) * mean.reshape(rm.shape)).astype(rm.dtype)
+            rv *= self.decay
+            rv += ((1 - self.decay) * adjust * var.reshape(rv.shape)).astype(rv.dtype)
+        return y.astype(x.dtype, copy=False),
+
+    def backward(self, indexes, grad_outputs):
+        x, gamma = self.get_retained_inputs()
+        gy, = grad_outputs
+        return _MultiNodeBNGrad(self).apply((x, gamma, gy))
+
+
+class _MultiNodeBNGrad(function_node.FunctionNode):
+    """Gradients of _MultiNodeBNFunction; x's gradient needs two global channel sums."""
+
+    def __init__(self, fwd):
+        self.fwd = fwd
+
+    def forward(self, inputs):
+        x, gamma, gy = inputs
+        fwd = self.fwd
+        xp = backend.get_array_module(x)
+        axes = _reduce_axes(x.ndim, gamma.ndim, fwd.axis)
+        ex = _expander(x.ndim, axes)
+        cdtype = _compute_dtype(x.dtype)
+        x_hat = (x.astype(cdtype, copy=False) - fwd.mean[ex]) * fwd.inv_std[ex]
+        gyc = gy.astype(cdtype, copy=False)
+        gbeta = gyc.sum(axis=axes)
+        ggamma = (gyc * x_hat).sum(axis=axes)
+
+        packed = xp.concatenate([gbeta.astype(numpy.float64).ravel(),
+                                 ggamma.astype(numpy.float64).ravel()])
+        summed = fwd.exchange.allreduce_sum(xp, packed)
+        c = gamma.size
+        gbeta_all = summed[:c].astype(cdtype).reshape(gamma.shape)
+        ggamma_all = summed[c:].astype(cdtype).reshape(gamma.shape)
+        coeff = gamma.astype(cdtype) * fwd.inv_std
+        gx = coeff[ex] * (gyc - (gbeta_all[ex] + x_hat * ggamma_all[ex]) / fwd.total)
+        # Parameter gradients are this rank's share; the optimizer averages them.
+        return gx.astype(x.dtype, copy=False), ggamma.astype(gamma.dtype), gbeta.astype(gamma.dtype)
+
+    def backward(self, indexes, grad_outputs):
+        raise NotImplementedError("double backpropagation through MultiNodeBatchNormalization "
+                                  "is not supported")
+
+
+# --------------------------------------------------------------------------- link
+
+class MultiNodeBatchNormalization(BatchNormalization):
+    """Batch normalization whose batch statistics cover every rank's batch.
+
+    A drop-in for ``chainer.links.BatchNormalization`` (same parameters,
+    persistents and serialization; ``isinstance`` holds): in training mode it
+    normalizes with the mean/variance of the global batch and updates
+    ``avg_mean``/``avg_var`` with them (unbiased with the global count); in test
+    mode it uses the running statistics and does not communicate. Every rank
+    must call it the same number of times in training mode (it is a collective).
+
+    Args:
+        size: channel size (or shape) of the statistics.
+        comm: a mnframe communicator (or an mpi4py communicator).
+        decay, eps, dtype, use_gamma, use_beta, initial_gamma, initial_beta:
+            as in ``chainer.links.BatchNormalization``.
+        communication_backend: ``'auto'``, ``'mpi'`` or ``'nccl'``.
+        axis: (keyword, extension) batch axes as in chainer's link.
+    """
+
+    def __init__(self, size, comm, decay=0.9, eps=2e-05, dtype=numpy.float32,
+                 use_gamma=True, use_beta=True, initial_gamma=None, initial_beta=None,
+                 communication_backend="auto", *, axis=None):
+        if communication_backend not in _CHOICES:
+            raise ValueError(f"communication_backend must be one of {_CHOICES}, "
+                             f"got {communication_backend!r}")
+        super().__init__(size, decay=decay, eps=eps, dtype=dtype, use_gamma=use_gamma,
+                         use_beta=use_beta, initial_gamma=initial_gamma,
+                         initial_beta=initial_beta, axis=axis)
+        self.comm = comm
+        self.communication_backend = communication_backend
+        self._exchange = None
+
+    def __deepcopy__(self, memo):
+        # The communicator is shared, never copied (it wraps an MPI handle).
+        memo[id(self.comm)] = self.comm
+        if self._exchange is not None:
+            memo[id(self._exchange)] = self._exchange
+        cls = type(self)
+        new = cls.__new__(cls)
+        memo[id(self)] = new
+        import copy
+        for k, v in self.__dict__.items():
+            new.__dict__[k] = copy.deepcopy(v, memo)
+        return new
+
+    def forward(self, x, **kwargs):
+        """forward(self, x, finetune=False): as chainer's BatchNormalization."""
+        finetune, = argument.parse_kwargs(
+            kwargs, ("finetune", False),
+            test="test argument is not supported anymore. Use chainer.using_config")
+        if not configuration.config.train:
+            return super().forward(x)  # running statistics only: no communication
+
+        x_arr = x.array if isinstance(x, chainer.Variable) else x
+        if self.avg_mean is None:
+            self._initialize_params(tuple(d for i, d in enumerate(x_arr.shape) if i not in self.axis))
+        if self._exchange is None:
+            self._exchange = _resolve_backend(self.communication_backend, self.comm, x_arr)
+
+        gamma = self.gamma if self.gamma is not None else self._get_gamma()[0]
+        beta = self.beta if self.beta is not None else self._get_beta()[0]
+        if finetune:
+            self.N += 1
+            decay = 1.0 - 1.0 / self.N
+        else:
+            decay = self.decay
+        avg_mean, avg_var = self.avg_mean, self.avg_var
+        if chainer.config.in_recomputing:
+            if finetune:
+                self.N -= 1
+            avg_mean = avg_var = None
+        func = _MultiNodeBNFunction(self._exchange, self.eps, self.axis,
+                                    running_mean=avg_mean, running_var=avg_var, decay=decay)
+        y, = func.apply((x, gamma, beta))
+        return y

@@ -1,0 +1,148 @@
+"""MultiNodeChainList: a model whose components run on different ranks.
+
+Each component is a link plus where its inputs come from (``rank_in``: ranks
+to receive from, or None for the model's own inputs) and where its outputs go
+(``rank_out``: ranks to send to, or None when they are the model's outputs).
+``__call__`` runs the components in the order they were added. Every
+communication is chained to the previous one (``recv(delegate_variable=...)``
+and ``pseudo_connect``), so backward visits them in exactly the reverse order
+on every rank and matching ranks never wait on each other in a cycle.
+
+The wiring is validated when a link is added (ranks outside the communicator,
+this rank itself, a second output component) and is readable with
+:meth:`MultiNodeChainList.wiring` for static rank-graph checks.
+"""
+import typing
+
+import chainer
+
+from mnframe.functions.point_to_point import recv, send
+from mnframe.functions.pseudo_connect import pseudo_connect
+
+
+class ComponentWiring(typing.NamedTuple):
+    """One component's wiring: ``name`` is ``"<index>:<LinkClass>"``; ``rank_in``
+    and ``rank_out`` are tuples of ranks, or None for model inputs/outputs."""
+    name: str
+    rank_in: typing.Optional[tuple]
+    rank_out: typing.Optional[tuple]
+
+
+def _as_variables(y):
+    return tuple(y) if isinstance(y, (tuple, list)) else (y,)
+
+
+class MultiNodeChainList(chainer.ChainList):
+    """Combines the non-connected graph components of a model-parallel model.
+
+    Args:
+        comm: mnframe communicator (any, including one made by ``comm.split``).
+    """
+
+    def __init__(self, comm):
+        super().__init__()
+        self._comm = comm
+        self._wiring = []
+
+    # -- wiring -------------------------------------------------------------
+
+    def add_link(self, link, rank_in=None, rank_out=None):
+        """Register ``link`` receiving from ``rank_in`` and sending to ``rank_out``.
+
+        Each is an int, a list/tuple of ints, or None (model inputs / model
+        outputs). Raises ValueError naming the component and the ranks when a
+        rank is outside the communicator or is this rank itself, or when a
+        second component would produce the model outputs. The check is local
+        (each rank builds its own model), so a wrong rank raises where it was
+        written; the launcher's abort guard then stops the other ranks.
+        """
+        index = len(self._wiring)
+        name = f"{index}:{type(link).__name__}"
+        ins = self._normalize(rank_in, "rank_in", name)
+        outs = self._normalize(rank_out, "rank_out", name)
+        if outs is None:
+            earlier = [w.name for w in self._wiring if w.rank_out is None]
+            if earlier:
+                raise ValueError(
+                    f"MultiNodeChainList component {name}: rank_out=None (model outputs) but "
+                    f"component {earlier[0]} already returns the model outputs; only one "
+                    "component may. Send the other one's outputs to a rank instead.")
+        super().add_link(link)
+        self._wiring.append(ComponentWiring(name, ins, outs))
+
+    def _normalize(self, ranks, arg, name):
+        if ranks is None:
+            return None
+        seq = [ranks] if isinstance(ranks, int) and not isinstance(ranks, bool) else ranks
+        try:
+            seq = list(seq)
+        except TypeError:
+            seq = None
+        if not seq or any(isinstance(r, bool) or not isinstance(r, int) for r in seq):
+            raise ValueError(
+                f"MultiNodeChainList component {name}: {arg}={ranks!r} must be an int, a "
+                "non-empty list of ints, or None.")
+        comm = self._comm
+        outside = [r for r in seq if not 0 <= r < comm.size]
+        if outside:
+            raise ValueError(
+                f"MultiNodeChainList component {name}: {arg}={ranks!r} names rank(s) {outside} "
+                f"outside the communicator (ranks 0..{comm.size - 1}, size {comm.size}). "
+                "Launch more processes or fix the rank.")
+        if comm.rank in seq:
+            raise ValueError(
+                f"MultiNodeChainList component {name}: {arg}={ranks!r} names this process's own "
+                f"rank {comm.rank}; a component cannot send to or receive from its own rank "
+                "(it would deadlock). Call the link directly or use None for model inputs/outputs.")
+        return tuple(seq)
+
+    def wiring(self):
+        """The components' wiring, in call order: a list of ``ComponentWiring``
+        ``(name, rank_in, rank_out)`` tuples (read-only copies)."""
+        return list(self._wiring)
+
+    # -- forward ------------------------------------------------------------
+
+    def __call__(self, *inputs):
+        comm = self._comm
+        delegate = None   # the graph node the next communication must chain to
+        output = None     # the model outputs (rank_out=None component)
+        for link, wiring in zip(self._children, self._wiring):
+            if wiring.rank_in is None:
+                args = inputs
+                if delegate is not None and inputs:
+                    args = pseudo_connect(delegate, *inputs)
+                    delegate = None
+                y = link(*args)
+            else:
+                received = []
+                for rank in wiring.rank_in:
+                    x = recv(comm, rank, delegate_variable=delegate)
+                    received.append(x)
+                    delegate = _as_variables(x)[0]   # chain the next receive to this one
+                y = link(*received)
+            if wiring.rank_out is None:
+                ys = _as_variables(y)
+                if delegate is not None:
+                    ys = pseudo_connect(delegate, *ys)
+                output = ys if isinstance(y, (tuple, list)) else ys[0]
+                delegate = ys[0]
+            else:
+                for rank in wiring.rank_out:
+                    ys = _as_variables(y)
+                    if delegate is not None:
+                        ys = pseudo_connect(delegate, *ys)
+                    delegate = send(ys if len(ys) > 1 else ys[0], comm, rank)
+        return self._result(output, delegate)
+
+    @staticmethod
+    def _result(output, delegate):
+        """The model outputs, connected to the last communication so backward
+        from them reaches every component; the delegate when nothing is output."""
+        if output is None:
+            return delegate
+        outputs = _as_variables(output)
+        if delegate is outputs[0]:
+            return output
+        connected = pseudo_connect(delegate, *outputs)
+        return connected if isinstance(output, (tuple, list)) else connected[0]

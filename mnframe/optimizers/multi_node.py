@@ -1,0 +1,116 @@
+"""create_multi_node_optimizer: data-parallel training with any Chainer optimizer.
+
+The wrapper holds the real optimizer (composition, nothing is patched) and
+forwards every attribute read and write to it, so hooks (WeightDecay,
+GradientClipping, ...), ``lr``/``alpha``, ``t``, ``serialize`` and the rest
+behave exactly as on the wrapped optimizer. It adds two things:
+
+* synchronisation: rank 0's parameters are broadcast (``comm.bcast_data``)
+  before they are first used -- at ``setup`` and whenever the set of
+  initialised parameters changes (a lazy ``Linear(None, n)`` materialising);
+* averaging: every ``update`` averages the gradients over all ranks
+  (``comm.multi_node_mean_grad``) before the real optimizer's update, so the
+  hooks see the averaged gradient, as in one process over the global batch.
+
+A step whose gradients were computed from parameters that were not yet
+synchronised (new lazy parameters appeared in this forward) only broadcasts and
+skips the update, as ChainerMN does: those gradients belong to other weights.
+With ``double_buffering=True`` see :mod:`mnframe.optimizers.double_buffering`.
+"""
+from mnframe.optimizers.double_buffering import StaleGradientAverager
+
+_OWN = ("actual_optimizer", "communicator", "zero_fill", "_synced_layout", "_averager")
+
+
+def _layout(target):
+    """Which parameters exist and are initialised: changes mean "broadcast again"."""
+    return tuple((name, p.array is not None) for name, p in sorted(target.namedparams()))
+
+
+class _MultiNodeOptimizer:
+    """A Chainer optimizer that trains data-parallel over ``communicator``."""
+
+    def __init__(self, actual_optimizer, communicator, zero_fill, averager=None):
+        d = self.__dict__  # own state bypasses the forwarding __setattr__
+        d["actual_optimizer"] = actual_optimizer
+        d["communicator"] = communicator
+        d["zero_fill"] = zero_fill
+        d["_synced_layout"] = None
+        d["_averager"] = averager
+
+    # ---- forwarding: the wrapper is the wrapped optimizer plus synchronisation
+    def __getattr__(self, name):
+        if name in _OWN:  # not set yet (e.g. during unpickling): do not recurse
+            raise AttributeError(name)
+        return getattr(self.actual_optimizer, name)
+
+    def __setattr__(self, name, value):
+        if name in _OWN:
+            self.__dict__[name] = value
+        else:
+            setattr(self.actual_optimizer, name, value)
+
+    def __repr__(self):
+        return f"MultiNodeOptimizer({self.actual_optimizer!r})"
+
+    def setup(self, link):
+        """Set up the real optimizer on ``link``, broadcast rank 0's parameters; returns the wrapper."""
+        self.actual_optimizer.setup(link)
+        self._sync_if_changed(link)
+        return self
+
+    # ---- the update
+    def update(self, lossfun=None, *args, **kwds):
+        """Like ``chainer.Optimizer.update``, with broadcast and gradient averaging."""
+        target = self.actual_optimizer.target
+        if lossfun is not None:
+            # parameters must agree before the forward pass that produces the gradients
+            self._sync_if_changed(target)
+            loss = lossfun(*args, **kwds)
+            if getattr(self.actual_optimizer, "_use_cleargrads", True):
+                target.cleargrads()
+            else:
+                target.zerograds()
+            loss.backward(loss_scale=self.actual_optimizer._loss_scale)
+            del loss
+        if self._sync_if_changed(target):
+            return  # these gradients were computed from unsynchronised weights
+        if self._averager is None:
+            self.communicator.multi_node_mean_grad(target, self.zero_fill)
+            self.actual_optimizer.update(None, *args, **kwds)
+        elif self._averager.exchange(target):
+            self.actual_optimizer.update(None, *args, **kwds)
+
+    def _sync_if_changed(self, target):
+        """Broadcast rank 0's parameters if the initialised set changed; True if it did."""
+        layout = _layout(target)
+        if layout == self._synced_layout:
+            return False
+        if self._averager is not None:
+            self._averager.reset()  # a pending average refers to the old parameters
+        self.communicator.bcast_data(target)
+        self._synced_layout = layout
+        return True
+
+    def wait(self):
+        """Finish any gradient averaging still in flight (double buffering)."""
+        if self._averager is not None:
+            self._averager.reset()
+
+
+def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False, zero_fill=True):
+    """Wrap a Chainer optimizer for data-parallel training over ``communicator``.
+
+    Args:
+        actual_optimizer: a ``chainer.Optimizer`` (set up already, or set up
+            through the returned wrapper's ``setup``).
+        communicator: a mnframe communicator.
+        double_buffering: overlap the averaging of step t with step t+1; the
+            update at step t then uses the average of step t-1's gradients (one
+            step stale; the first step after a broadcast makes no update).
+            Works on CPU and GPU communicators through non-blocking MPI.
+        zero_fill: unused initialised parameters contribute zero gradients
+            (otherwise they are skipped by the communicator).
+    """
+    averager = StaleGradientAverager(communicator) if double_buffering else None
+    return _MultiNodeOptimizer(actual_optimizer, communicator, zero_fill, averager)

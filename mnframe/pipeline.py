@@ -1,0 +1,85 @@
+"""What ``python -m mnframe`` does with a validated config, top to bottom.
+
+    config -> communicators -> device -> dataset and iterators -> model
+           -> multi-node optimizer -> updater, trainer, extensions, checkpoints -> run
+
+Each step is one builder in ``mnframe.build`` taking its typed config section
+(``mnframe.config.schema``); this module only wires them together. Every rank
+runs it with the same config (the CLI made sure of that).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from mnframe.build.communicator import build_communicators
+from mnframe.build.data import build_data
+from mnframe.build.device import select_device
+from mnframe.build.extensions import ExtensionContext, add_extensions
+from mnframe.build.model import build_models, rank_plan
+from mnframe.build.optimizer import build_optimizer, schedule_extension
+from mnframe.build.updater import build_updater
+from mnframe.config.schema import RunConfig
+from mnframe.config.validate import extensions_of
+
+log = logging.getLogger("mnframe.pipeline")
+
+
+def seed_everything(seed: int) -> None:
+    """The same seed on every rank: identical initial weights and shuffles."""
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+def build_trainer(cfg: RunConfig, run_dir: str, config: Optional[Dict[str, Any]] = None,
+                  config_hash: Optional[str] = None):
+    """Everything up to ``trainer.run()``; returns (trainer, checkpoint extension or None)."""
+    from chainer import training
+
+    comms = build_communicators(cfg.communicator, cfg.topology)
+    seed_everything(cfg.seed)
+    device = select_device(cfg.trainer.device, comms.world.intra_rank)
+    plan = rank_plan(cfg, comms)  # None for data parallelism
+    data = build_data(cfg.dataset, comms, cfg.seed, empty=plan is not None and plan.dataset == "empty")
+    models = build_models(cfg, comms)
+    for model in models.values():
+        model.to_device(device)
+    optimizers = {name: build_optimizer(cfg.optimizer, model, comms.data)
+                  for name, model in models.items()}
+    updater = build_updater(cfg.updater, data.train_iter, optimizers, device)
+    trainer = training.Trainer(updater, tuple(cfg.trainer.stop), out=cfg.trainer.out or run_dir)
+
+    main_model = models.get("main", next(iter(models.values())))
+    ctx = ExtensionContext(model=main_model, optimizer=optimizers.get("main"),
+                           test_iter=data.test_iter, device=device, data_comm=comms.data,
+                           rank=comms.world.rank)
+    add_extensions(trainer, extensions_of(cfg), ctx)
+    schedule = schedule_extension(cfg.optimizer, next(iter(optimizers.values())))
+    if schedule is not None:
+        extension, trigger = schedule
+        trainer.extend(extension, trigger=trigger)
+    checkpoint = attach_checkpoints(trainer, cfg, run_dir, comms.world, config, config_hash)
+    log.info("built: %s topology, %d data-parallel rank(s), device %s",
+             cfg.topology.kind, comms.data.size, device)
+    return trainer, checkpoint
+
+
+def attach_checkpoints(trainer, cfg: RunConfig, run_dir, comm, config, config_hash):
+    """Atomic checkpoints + resume + preemption (mnframe.checkpoint); last, after extensions."""
+    from mnframe.checkpoint.build import attach
+
+    section = cfg.checkpoint.model_copy(update={"resume": cfg.resume})
+    return attach(trainer, section, run_dir, comm, config_hash=config_hash, config=config)
+
+
+def run(cfg: RunConfig, run_dir: str, config: Optional[Dict[str, Any]] = None,
+        config_hash: Optional[str] = None):
+    """Build and run the training job of ``cfg``; returns the trainer."""
+    os.makedirs(run_dir, exist_ok=True)
+    trainer, _ = build_trainer(cfg, run_dir, config, config_hash)
+    trainer.run()
+    return trainer

@@ -1,0 +1,46 @@
+"""The errors mnframe raises for process-level failures, and the job exit statuses.
+
+``ExitStatus`` is the one table of statuses a job can end with (documented in
+docs/reliability.md); the guard maps each error class below onto it.
+"""
+import enum
+
+
+class ExitStatus(enum.IntEnum):
+    """How a guarded mnframe job ends (the status ``mpiexec`` returns)."""
+
+    OK = 0                  # training finished, or preempted after a clean checkpoint
+    ERROR = 1               # an uncaught exception on some rank
+    CONFIG = 2              # a configuration error (same message on every rank, no traceback)
+    COLLECTIVE_TIMEOUT = 124  # an operation passed its deadline (like coreutils `timeout`)
+    INTERRUPTED = 130       # KeyboardInterrupt (128 + SIGINT, the shell convention)
+
+
+class MnframeRuntimeError(RuntimeError):
+    """Base class of mnframe's process-level errors."""
+
+    exit_status = ExitStatus.ERROR
+
+
+class ConfigError(MnframeRuntimeError, ValueError):
+    """A configuration is invalid; the message says what is wrong and how to fix it.
+
+    Raise it on every rank with the same message (check collectively first);
+    the guard prints the message once, without a traceback, and exits 2.
+    """
+
+    exit_status = ExitStatus.CONFIG
+
+
+class CollectiveTimeout(MnframeRuntimeError, TimeoutError):
+    """A communication operation did not finish within its deadline."""
+
+    exit_status = ExitStatus.COLLECTIVE_TIMEOUT
+
+
+class CheckpointError(MnframeRuntimeError):
+    """A checkpoint cannot be written, verified or loaded (message names file and rank)."""
+
+
+class CollectiveMismatch(MnframeRuntimeError):
+    """Debug mode: ranks issued different operations (or shapes) at the same point."""

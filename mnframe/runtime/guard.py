@@ -1,0 +1,208 @@
+"""The abort guard: one rank's failure ends the whole MPI job, quickly and loudly.
+
+By default an MPI job whose rank raises hangs: the other ranks wait forever in
+their next collective (spec 000/002). The guard installs ``sys.excepthook`` and
+``threading.excepthook`` so that an uncaught exception, ``KeyboardInterrupt`` or
+a crashed background thread prints the rank, host, pid and full traceback and
+then calls ``MPI.COMM_WORLD.Abort(status)``; MPICH's mpiexec then kills every
+rank within a second. ``run_main`` is the same guard for the CLI, with the
+exit-status mapping of ``ExitStatus``. A ``sys.exit(n)`` in a library user's
+script is covered by the watchdog's exit announcement (see watchdog.py).
+"""
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+
+from mnframe.runtime.errors import ConfigError, ExitStatus
+
+_installed = False
+_aborting = threading.Lock()
+# How long ranks wait for each other to agree that a ConfigError was raised
+# everywhere before falling back to Abort.
+CONFIG_AGREE_TIMEOUT_S = 5.0
+
+
+def _mpi():
+    """mpi4py.MPI if MPI is initialised (and not finalised), else None."""
+    mod = sys.modules.get("mpi4py.MPI")
+    if mod is None:
+        return None
+    try:
+        if mod.Is_initialized() and not mod.Is_finalized():
+            return mod
+    except Exception:  # pragma: no cover - a broken MPI must not hide the real error
+        return None
+    return None
+
+
+def where():
+    """'rank R/N on host H (pid P)': who is speaking, for every failure message."""
+    mpi = _mpi()
+    rank, size = (mpi.COMM_WORLD.Get_rank(), mpi.COMM_WORLD.Get_size()) if mpi else (0, 1)
+    return f"rank {rank}/{size} on host {socket.gethostname()} (pid {os.getpid()})"
+
+
+def _write(text):
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except Exception:  # stderr closed: nothing more we can do, abort anyway
+        pass
+
+
+def abort(status, message=None):
+    """Print ``message`` and end the whole job with ``status``; never returns.
+
+    Only the first caller in this process proceeds (a second failure while
+    aborting, e.g. in another thread, waits for the first to finish).
+    """
+    status = int(status) if status else int(ExitStatus.ERROR)
+    if not _aborting.acquire(blocking=True, timeout=10):
+        os._exit(status)
+    if message:
+        _write(message if message.endswith("\n") else message + "\n")
+    mpi = _mpi()
+    if mpi is not None and mpi.COMM_WORLD.Get_size() > 1:
+        try:
+            mpi.COMM_WORLD.Abort(status)
+        except Exception:
+            _write("mnframe: MPI_Abort failed; exiting this process only\n")
+    os._exit(status)
+
+
+def failure_message(kind, exc_type, exc, tb, status):
+    """The banner + traceback printed before aborting."""
+    lines = "".join(traceback.format_exception(exc_type, exc, tb))
+    return (f"\n{'*' * 72}\nmnframe: {kind} on {where()}; aborting the MPI job "
+            f"(exit status {int(status)}).\n{lines}{'*' * 72}\n")
+
+
+def status_for(exc):
+    """Exit status for an exception (the ExitStatus table)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return ExitStatus.INTERRUPTED
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        if code is None:
+            return ExitStatus.OK
+        return code if isinstance(code, int) else ExitStatus.ERROR
+    return getattr(exc, "exit_status", ExitStatus.ERROR)
+
+
+def config_error_exit(exc):
+    """End the job after a ConfigError: its message once (rank 0), no traceback, status 2.
+
+    A ConfigError is meant to be raised on every rank with the same message. The
+    ranks agree on that with a time-limited non-blocking barrier; if some rank
+    never gets there (it raised on this rank only) we abort instead of hanging.
+    """
+    mpi = _mpi()
+    if mpi is None or mpi.COMM_WORLD.Get_size() == 1:
+        _write(f"mnframe: configuration error: {exc}\n")
+        os._exit(int(ExitStatus.CONFIG))
+    world = mpi.COMM_WORLD
+    req = world.Ibarrier()
+    deadline = time.monotonic() + CONFIG_AGREE_TIMEOUT_S
+    while not req.Test():
+        if time.monotonic() > deadline:
+            abort(ExitStatus.CONFIG, f"mnframe: configuration error on {where()} "
+                  f"(the other ranks did not report it):\n{exc}")
+        time.sleep(0.01)
+    if world.Get_rank() == 0:
+        _write(f"mnframe: configuration error: {exc}\n")
+    _flush_all()
+    # Every rank got here: a clean finalize is possible, so no abort noise.
+    _stop_watchdog()
+    try:
+        mpi.Finalize()
+    except Exception:
+        pass
+    os._exit(int(ExitStatus.CONFIG))
+
+
+def _flush_all():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def _stop_watchdog():
+    wd = sys.modules.get("mnframe.runtime.watchdog")
+    if wd is not None:
+        wd.stop()
+
+
+def handle_uncaught(exc_type, exc, tb, kind="uncaught exception"):
+    """What the excepthooks and run_main do with an exception that ends a rank."""
+    if isinstance(exc, ConfigError):
+        config_error_exit(exc)
+    status = status_for(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        kind = "KeyboardInterrupt"
+    elif isinstance(exc, SystemExit):
+        kind = f"SystemExit({exc.code!r})"
+    abort(status, failure_message(kind, exc_type, exc, tb, status))
+
+
+def _excepthook(exc_type, exc, tb):
+    prev = _previous["sys"]
+    if prev not in (None, sys.__excepthook__, _excepthook):
+        try:  # the user's own hook (logging, ...) still runs first
+            prev(exc_type, exc, tb)
+        except Exception:
+            pass
+    handle_uncaught(exc_type, exc, tb)
+
+
+def _thread_excepthook(args):
+    if args.exc_type is SystemExit:  # threading ignores SystemExit in threads; so do we
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    handle_uncaught(args.exc_type, args.exc_value, args.exc_traceback,
+                    kind=f"uncaught exception in thread {name!r}")
+
+
+_previous = {"sys": None, "threading": None}
+
+
+def install():
+    """Install the abort-on-failure hooks once per process (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    _previous["sys"] = sys.excepthook
+    _previous["threading"] = threading.excepthook
+    sys.excepthook = _excepthook
+    threading.excepthook = _thread_excepthook
+    _installed = True
+
+
+def installed():
+    return _installed
+
+
+def run_main(fn, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)`` under the guard; return 0 on success.
+
+    Any failure ends the whole job with the status of ``ExitStatus``: 1 for an
+    uncaught exception, 2 for ConfigError (message only), 124 for a collective
+    timeout, 130 for KeyboardInterrupt, ``n`` for ``sys.exit(n)``. A
+    ``sys.exit(0)``/``sys.exit()`` inside ``fn`` counts as success.
+    """
+    install()
+    try:
+        fn(*args, **kwargs)
+    except SystemExit as exc:
+        if status_for(exc) == 0:
+            return 0
+        if isinstance(exc.code, str):
+            abort(ExitStatus.ERROR, f"mnframe: {where()} exited: {exc.code}")
+        handle_uncaught(type(exc), exc, exc.__traceback__)
+    except BaseException as exc:  # noqa: B902 - everything ends the job, that is the point
+        handle_uncaught(type(exc), exc, exc.__traceback__)
+    return 0

@@ -1,0 +1,336 @@
+"""Collective deadlines: a background thread that turns a silent hang into a report.
+
+Every communication mnframe issues runs inside ``oplog.op(...)``. A daemon
+thread per rank looks at the op in flight a few times a second; when one has
+run longer than the deadline (default 600 s, ``MNFRAME_COLLECTIVE_TIMEOUT`` or
+``set_deadline()``) the rank
+
+1. asks every other rank, over a private duplicate of the communicator, for a
+   summary of what it is doing; each rank's watchdog answers and writes
+   ``mnframe-timeout-rank<R>.json`` (its last operations and the Python stack of
+   its main thread) into the report directory (``set_report_dir()``,
+   ``$MNFRAME_RUN_DIR`` or the working directory);
+2. names the operation and sorts the ranks into "waiting in the same
+   operation", "never arrived" (running Python elsewhere, with its file:line),
+   "in a different operation" and "no answer";
+3. ends the job with ``ExitStatus.COLLECTIVE_TIMEOUT`` (124).
+
+The same side channel carries an *exit announcement*: a rank whose interpreter
+exits (end of script, ``sys.exit(n)`` with any ``n``) tells the others from an
+``atexit`` handler. A rank that is then stuck in an operation for more than
+``EXIT_GRACE_S`` aborts the job (status 1) naming the rank that left, instead
+of waiting forever. This is how ``sys.exit(nonzero)`` in a library user's
+script ends the job: Python gives an atexit handler no way to read the exit
+code, so we detect the consequence (a peer waiting for a rank that is gone).
+
+All of this needs the main thread to release the GIL while it blocks in MPI,
+which mpi4py does for its blocking calls, and MPI_THREAD_MULTIPLE (mpi4py's
+default request; MPICH provides it).
+"""
+import atexit
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+
+from mnframe.runtime import oplog
+from mnframe.runtime.errors import ExitStatus
+
+DEFAULT_DEADLINE_S = 600.0
+ENV_TIMEOUT = "MNFRAME_COLLECTIVE_TIMEOUT"
+ENV_RUN_DIR = "MNFRAME_RUN_DIR"
+ENV_EXIT_GRACE = "MNFRAME_EXIT_GRACE"
+POLL_S = 0.2            # how often the thread looks at the op in flight
+COLLECT_S = 2.0         # how long a timed-out rank waits for the others' summaries
+EXIT_GRACE_S = 2.0      # stuck this long after a peer exited -> abort
+RECORD_PREFIX = "mnframe-timeout-rank"
+
+_TAG_SUMMARY = 7001
+_TAG_EXIT = 7002
+
+_settings = {"deadline": None, "report_dir": None}
+_active = {"watchdog": None}
+
+
+def _env_float(name, default):
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number of seconds; set e.g. {name}=600") from None
+
+
+def set_deadline(seconds):
+    """Set the deadline (seconds) of every communication operation; None or 0 disables it."""
+    if seconds is not None and seconds < 0:
+        raise ValueError(f"deadline must be positive seconds (or None to disable), got {seconds}")
+    _settings["deadline"] = float(seconds) if seconds else 0.0
+
+
+def get_deadline():
+    """The deadline in seconds (0.0: disabled)."""
+    if _settings["deadline"] is None:
+        _settings["deadline"] = _env_float(ENV_TIMEOUT, DEFAULT_DEADLINE_S)
+    return _settings["deadline"]
+
+
+def set_report_dir(path):
+    """Directory where timeout records are written (the run directory)."""
+    _settings["report_dir"] = os.fspath(path)
+
+
+def report_dir():
+    return _settings["report_dir"] or os.environ.get(ENV_RUN_DIR) or os.getcwd()
+
+
+def _main_thread_stack():
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    return "".join(traceback.format_stack(frame)) if frame is not None else None
+
+
+def _user_location():
+    """file:line (function) of the innermost main-thread frame outside mnframe and MPI."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    while frame is not None:
+        fname = frame.f_code.co_filename
+        if not fname.startswith(pkg) and "threading.py" not in fname:
+            return f"{fname}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frame = frame.f_back
+    return None
+
+
+def _brief(rec):
+    if rec is None:
+        return None
+    d = rec.as_dict() if hasattr(rec, "as_dict") else dict(rec)
+    d.pop("stack", None)
+    return d
+
+
+def describe_op(d):
+    """'allreduce (seq 42, shape (3,), float32, peer 1)' from a record dict."""
+    if d is None:
+        return "nothing"
+    parts = [f"seq {d['seq']}"]
+    if d.get("shape") is not None:
+        parts.append(f"shape {tuple(d['shape'])}")
+    if d.get("dtype"):
+        parts.append(str(d["dtype"]))
+    if d.get("peer") is not None:
+        parts.append(f"peer {d['peer']}")
+    return f"{d['op']} ({', '.join(parts)})"
+
+
+class Watchdog:
+    """The per-rank deadline thread and its side channel (a Dup of the communicator)."""
+
+    def __init__(self, mpi_comm):
+        self.comm = mpi_comm.Dup()  # collective: every rank of mpi_comm creates its watchdog together
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+        self.summaries = {}
+        self.exited = {}
+        self._responded = False
+        self._pending = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # the side channel is used by the thread, or by atexit after it stopped
+        self._thread = threading.Thread(target=self._run, name="mnframe-watchdog", daemon=True)
+
+    # -- thread ---------------------------------------------------------------
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=2 * POLL_S + 1)
+
+    def _run(self):
+        while not self._stop.wait(POLL_S):
+            try:
+                with self._lock:
+                    self._tick()
+            except Exception:  # a bug here must not take training down; say it once and stop watching
+                sys.stderr.write("mnframe watchdog: internal error, collective deadlines are off:\n"
+                                 + traceback.format_exc())
+                return
+
+    def _tick(self):
+        self._drain()
+        cur = oplog.get_log().current
+        if cur is None:
+            return
+        now = time.monotonic()
+        deadline = get_deadline()
+        if deadline and now - cur.start > deadline:
+            self._on_timeout(cur, deadline)
+        if self.exited:
+            first_exit = min(t for t, _ in self.exited.values())
+            if now - max(cur.start, first_exit) > _env_float(ENV_EXIT_GRACE, EXIT_GRACE_S):
+                self._on_peer_exit(cur)
+
+    # -- side channel ---------------------------------------------------------
+    def _send_all(self, obj, tag):
+        for r in range(self.size):
+            if r != self.rank:
+                self._pending.append(self.comm.isend(obj, dest=r, tag=tag))
+        self._pending = [q for q in self._pending if not q.Test()]
+
+    def _drain(self):
+        from mpi4py import MPI
+        status = MPI.Status()
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status):
+            src, tag = status.Get_source(), status.Get_tag()
+            msg = self.comm.recv(source=src, tag=tag)
+            if tag == _TAG_EXIT:
+                self.exited.setdefault(src, (time.monotonic(), msg))
+            elif tag == _TAG_SUMMARY:
+                self.summaries[src] = msg
+                if not self._responded:
+                    self._respond(timed_out=False)
+
+    def summary(self, timed_out):
+        log = oplog.get_log()
+        return {
+            "rank": self.rank, "size": self.size, "host": socket.gethostname(), "pid": os.getpid(),
+            "timed_out": timed_out, "current": _brief(log.current),
+            "last": _brief(log.history[-1]) if log.history else None,
+            "where": _user_location(), "time": time.time(),
+        }
+
+    def _respond(self, timed_out):
+        """Write this rank's record and send its summary to every rank."""
+        self._responded = True
+        summary = self.summary(timed_out)
+        self._send_all(summary, _TAG_SUMMARY)
+        write_record(summary, self.rank)
+        return summary
+
+    # -- verdicts -------------------------------------------------------------
+    def _on_timeout(self, cur, deadline):
+        mine = self._respond(timed_out=True)
+        end = time.monotonic() + COLLECT_S
+        while len(self.summaries) < self.size - 1 and time.monotonic() < end:
+            time.sleep(0.05)
+            self._drain()
+        summaries = dict(self.summaries)
+        summaries[self.rank] = mine
+        text = timeout_report(summaries, self.size, self.rank, deadline, report_dir())
+        reporters = [r for r, s in summaries.items() if s.get("timed_out")]
+        from mnframe.runtime import guard
+        if min(reporters) == self.rank:
+            guard.abort(ExitStatus.COLLECTIVE_TIMEOUT, text)
+        # another rank prints the full report; give it a moment, then make sure we end too
+        guard._write(f"mnframe: {guard.where()}: {describe_op(mine['current'])} passed its "
+                     f"deadline too; see rank {min(reporters)}'s report\n")
+        time.sleep(COLLECT_S)
+        guard.abort(ExitStatus.COLLECTIVE_TIMEOUT)
+
+    def _on_peer_exit(self, cur):
+        from mnframe.runtime import guard
+        gone = ", ".join(f"rank {r} (host {m.get('host')}, pid {m.get('pid')})"
+                         for r, (_, m) in sorted(self.exited.items()))
+        guard.abort(ExitStatus.ERROR,
+                    f"\nmnframe: {gone} exited (its interpreter ran its exit handlers: end of script "
+                    f"or sys.exit) while {guard.where()} is waiting in {describe_op(_brief(cur))}. "
+                    f"Aborting the job instead of hanging. Look at that rank's output for why it left; "
+                    f"every rank must issue the same communication operations.\n")
+
+    def announce_exit(self):
+        """Tell every other rank that this interpreter is exiting (atexit)."""
+        self.stop()
+        with self._lock:
+            try:
+                self._send_all({"host": socket.gethostname(), "pid": os.getpid()}, _TAG_EXIT)
+                end = time.monotonic() + 1.0
+                while self._pending and time.monotonic() < end:
+                    self._pending = [q for q in self._pending if not q.Test()]
+                    time.sleep(0.01)
+            except Exception:
+                pass
+
+
+def write_record(summary, rank):
+    """Write this rank's timeout record (history, op in flight, main-thread stack) as JSON."""
+    record = dict(summary)
+    record["operations"] = oplog.get_log().snapshot()
+    record["main_thread_stack"] = _main_thread_stack()
+    path = os.path.join(report_dir(), f"{RECORD_PREFIX}{rank}.json")
+    try:
+        os.makedirs(report_dir(), exist_ok=True)
+        from mnframe.utils.fs import atomic_write_text
+        atomic_write_text(path, json.dumps(record, indent=1, default=str), fsync=False)
+    except Exception as exc:  # reporting must never prevent the abort
+        sys.stderr.write(f"mnframe watchdog: could not write {path}: {exc}\n")
+    return path
+
+
+def timeout_report(summaries, size, rank, deadline, directory):
+    """The human-readable verdict: the operation and which ranks never arrived."""
+    me = summaries[rank]
+    op = me["current"]
+    same, elsewhere, never, silent = [], [], [], []
+    for r in range(size):
+        s = summaries.get(r)
+        if s is None:
+            silent.append(r)
+        elif s["current"] is None:
+            never.append(s)
+        elif s["current"]["op"] == op["op"]:
+            same.append(r)
+        else:
+            elsewhere.append(s)
+    lines = [f"\n{'*' * 72}",
+             f"mnframe: collective timeout: {describe_op(op)} on rank {rank} has waited "
+             f"{op['elapsed_s']:.1f} s, past its {deadline:g} s deadline "
+             f"(set {ENV_TIMEOUT} or mnframe.runtime.watchdog.set_deadline()).",
+             f"  waiting in {op['op']}: ranks {', '.join(map(str, same))}"]
+    for s in never:
+        lines.append(f"  never arrived: rank {s['rank']} (host {s['host']}, pid {s['pid']}), running "
+                     f"Python at {s['where']}; its last finished operation: {describe_op(s['last'])}")
+    for s in elsewhere:
+        lines.append(f"  in a different operation: rank {s['rank']} in {describe_op(s['current'])}")
+    if silent:
+        lines.append(f"  no answer from ranks {', '.join(map(str, silent))} (dead, or busy in native "
+                     f"code without releasing the GIL)")
+    if never or elsewhere or silent:
+        missing = sorted([s["rank"] for s in never] + [s["rank"] for s in elsewhere] + silent)
+        lines.append(f"  => ranks that never arrived in {op['op']}: {', '.join(map(str, missing))}")
+    lines.append(f"  per-rank records (last operations, Python stacks): "
+                 f"{os.path.join(directory, RECORD_PREFIX)}<rank>.json")
+    lines.append(f"{'*' * 72}\n")
+    return "\n".join(lines)
+
+
+def start(mpi_comm):
+    """Start this process's watchdog on ``mpi_comm`` (collective; once per process)."""
+    if _active["watchdog"] is None:
+        _active["watchdog"] = Watchdog(mpi_comm).start()
+        atexit.register(_announce_exit_at_exit)
+    return _active["watchdog"]
+
+
+def current():
+    return _active["watchdog"]
+
+
+def stop():
+    """Stop the thread without announcing anything (used before a coordinated exit)."""
+    wd = _active["watchdog"]
+    if wd is not None:
+        wd.stop()
+
+
+def _announce_exit_at_exit():
+    wd = _active["watchdog"]
+    mpi = sys.modules.get("mpi4py.MPI")
+    if wd is None or mpi is None or mpi.Is_finalized():
+        return
+    wd.announce_exit()

@@ -1,0 +1,1 @@
+"""The dcgan recipe: a generator/discriminator pair trained with two optimizers."""

@@ -1,0 +1,1 @@
+"""The imagenet recipe: ResNet-50, AlexNet, GoogLeNet(BN) and NIN on a labeled image list."""

@@ -1,0 +1,1 @@
+"""The mnist recipe: an MLP on handwritten digits (data parallel)."""

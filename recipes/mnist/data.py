@@ -1,0 +1,75 @@
+"""Datasets for the mnist recipe.
+
+Two sources, chosen by ``source``:
+
+* ``'digits'``: scikit-learn's bundled 8x8 handwritten digits (1797 images, no
+  download). Pixels become float32 in [0, 1], labels int32; the train/test split
+  is a fixed permutation, so every rank and every run sees the same split.
+* ``'mnist'``: real MNIST read from a local ``path``. Accepted layouts are
+  Chainer's cache (a directory with ``train.npz``/``test.npz`` holding ``x``
+  and ``y``) and Keras' single ``mnist.npz`` (``x_train``, ``y_train``,
+  ``x_test``, ``y_test``); ``path`` may be that file or its directory.
+
+Both return ``(train, test)`` as ``chainer.datasets.TupleDataset`` of flat
+float32 vectors and int32 labels, like ``chainer.datasets.get_mnist()``.
+"""
+import os
+
+import numpy as np
+from chainer.datasets import TupleDataset
+
+DIGITS_N_TEST = 297  # 1797 = 1500 train + 297 test
+DIGITS_SPLIT_SEED = 0
+
+
+def get_datasets(source='digits', path=None):
+    """Return ``(train, test)`` for ``source`` ('digits' or 'mnist')."""
+    loader = _SOURCES.get(source)
+    if loader is None:
+        raise ValueError(f"unknown mnist data source {source!r}: use one of {sorted(_SOURCES)}")
+    return loader(path)
+
+
+def _digits(path=None):
+    from sklearn.datasets import load_digits  # bundled with scikit-learn; no download
+
+    bunch = load_digits()
+    x = (bunch.data / 16.0).astype(np.float32)
+    y = bunch.target.astype(np.int32)
+    order = np.random.RandomState(DIGITS_SPLIT_SEED).permutation(len(x))
+    test_idx, train_idx = order[:DIGITS_N_TEST], order[DIGITS_N_TEST:]
+    return TupleDataset(x[train_idx], y[train_idx]), TupleDataset(x[test_idx], y[test_idx])
+
+
+def _mnist(path=None):
+    if path is None:
+        raise ValueError("the 'mnist' source needs a path: set dataset path to a directory holding "
+                         "train.npz and test.npz (Chainer's cache, e.g. ~/.chainer/dataset/pfnet/chainer/mnist) "
+                         "or to Keras' mnist.npz")
+    path = os.path.expanduser(str(path))
+    keras_file = path if path.endswith('.npz') else os.path.join(path, 'mnist.npz')
+    chainer_files = (os.path.join(path, 'train.npz'), os.path.join(path, 'test.npz'))
+    if all(os.path.isfile(f) for f in chainer_files):
+        splits = []
+        for f in chainer_files:
+            with np.load(f) as z:
+                splits.append((z['x'], z['y']))
+    elif os.path.isfile(keras_file):
+        with np.load(keras_file) as z:
+            splits = [(z['x_train'], z['y_train']), (z['x_test'], z['y_test'])]
+    else:
+        raise FileNotFoundError(
+            f"no MNIST data at {path!r}: expected either {chainer_files[0]} and {chainer_files[1]} "
+            f"(arrays 'x', 'y', Chainer's cache layout) or {keras_file} (Keras' layout with "
+            f"'x_train', 'y_train', 'x_test', 'y_test'); or use source='digits' which needs no files")
+    return tuple(_as_tuple_dataset(x, y) for x, y in splits)
+
+
+def _as_tuple_dataset(x, y):
+    x = np.asarray(x).reshape(len(x), -1).astype(np.float32)
+    if x.max(initial=0) > 1.0:  # uint8 pixels -> [0, 1]
+        x /= 255.0
+    return TupleDataset(x, np.asarray(y).astype(np.int32))
+
+
+_SOURCES = {'digits': _digits, 'mnist': _mnist}

@@ -1,0 +1,1 @@
+"""The mnist_model_parallel recipe: the MNIST MLP split over two ranks."""

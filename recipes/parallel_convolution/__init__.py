@@ -1,0 +1,1 @@
+"""The parallel_convolution recipe: convolutions whose channels are split over ranks."""
