@@ -5,14 +5,18 @@ Run:  .venv/bin/mpiexec -n 2 .venv/bin/python bench/bench_allreduce.py [--small]
 Gradients: a ResNet-50-shaped set (chainer ResNet50Layers, ~102 MB float32),
 rank r's gradient = (r + 1) * base, so the mean is base * (size + 1) / 2 on
 every rank; every timed result is checked against that. Timed, in one run:
-each mnframe CPU communicator's ``allreduce_grad`` twice, "resident" (the
+each mnframe CPU communicator's ``allreduce_grad`` twice (each on its own copy
+of the model), "resident" (the
 gradients are the communicator's own buffer views from the previous call, the
 steady state when nothing reallocates them) and "fresh" (new gradient arrays
-before every call, as after a backward that allocates), the bundled
+before every call, as after a backward that allocates; the previous arrays are
+freed outside the timed region), the bundled
 ``chainermn`` ``naive`` communicator, one in-place ``MPI.Allreduce`` of the same
 bytes, one ``numpy.copyto`` of the same bytes, and torch.distributed gloo when
-torch is importable. A time is the max over ranks of one call; medians are
-printed with ratios and the issue-8 verdicts for the default communicator.
+torch is importable. The contenders run round-robin (one call each per round)
+so that load from other processes hits all of them alike. A time is the max
+over ranks of one call; medians are printed with ratios and the issue-8
+verdicts for the default communicator.
 ``--small``: a tiny model and few repeats, correctness only (for CI).
 """
 import argparse
@@ -50,9 +54,19 @@ def base_grads(model):
     return [rng.standard_normal(p.shape).astype(p.dtype) for _, p in sorted(model.namedparams())]
 
 
-def set_grads(model, base, rank):
-    for (_, p), b in zip(sorted(model.namedparams()), base):
-        p.grad = b * np.asarray(rank + 1, b.dtype)
+def set_grads(model, base, rank, keep=None):
+    """Give every param a new gradient array (rank + 1) * base.
+
+    ``keep``: a list that holds the new arrays until the next call, so that the
+    previous ones are freed here, outside the timed region (a communicator that
+    hands out views of its buffer drops the last reference to them; in training
+    the backward's arrays are freed every iteration anyway).
+    """
+    fresh = [b * np.asarray(rank + 1, b.dtype) for b in base]
+    if keep is not None:
+        keep[:] = fresh
+    for (_, p), g in zip(sorted(model.namedparams()), fresh):
+        p.grad = g
 
 
 def check(model, base, label):
@@ -64,53 +78,63 @@ def check(model, base, label):
         raise AssertionError(f"{label}: wrong averaged gradients, e.g. {[b for b in bad if b][0]}")
 
 
-def timeit(fn, repeat, warmup, before=None):
-    times = []
+class Contender:
+    """One timed operation: ``fn`` after an untimed ``before``, checked by ``check`` at the end."""
+
+    def __init__(self, label, fn, before=None, check=None):
+        self.label, self.fn, self.before, self.check = label, fn, before, check
+        self.times = []
+
+
+def run_round_robin(contenders, repeat, warmup):
+    """Time every contender once per round, round after round, so that load changes on a
+    shared machine hit all of them alike; returns {label: median seconds (max over ranks)}."""
     for i in range(warmup + repeat):
-        if before is not None:
-            before()
-        WORLD.Barrier()
-        t0 = time.perf_counter()
-        fn()
-        dt = time.perf_counter() - t0
-        dt = WORLD.allreduce(dt, op=MPI.MAX)
-        if i >= warmup:
-            times.append(dt)
-    return statistics.median(times)
+        for c in contenders:
+            if c.before is not None:
+                c.before()
+            WORLD.Barrier()
+            t0 = time.perf_counter()
+            c.fn()
+            dt = WORLD.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+            if i >= warmup:
+                c.times.append(dt)
+    for c in contenders:
+        if c.check is not None:
+            c.check()
+    return {c.label: statistics.median(c.times) for c in contenders}
 
 
-def bench_mnframe(name, model, base, args):
+def mnframe_contenders(name, model, base):
+    """Two contenders per communicator, each on its own copy of the model."""
     import mnframe as chainermn
-    comm = chainermn.create_communicator(name)
-    results = {}
-    set_grads(model, base, WORLD.rank)
-    results[f"mnframe {name} (resident)"] = timeit(lambda: comm.allreduce_grad(model), args.repeat, args.warmup)
-    if name != "dummy":
-        check(model, base, name)
-    fresh = lambda: set_grads(model, base, WORLD.rank)  # noqa: E731
-    results[f"mnframe {name} (fresh)"] = timeit(lambda: comm.allreduce_grad(model), args.repeat, args.warmup,
-                                                before=fresh)
-    if name != "dummy":
-        check(model, base, name + " fresh")
-    comm.finalize()
-    return results
+    out = []
+    for mode in ("resident", "fresh"):
+        comm = chainermn.create_communicator(name)
+        m = model.copy(mode="copy")
+        set_grads(m, base, WORLD.rank)
+        fresh = (lambda m=m, keep=[]: set_grads(m, base, WORLD.rank, keep)) if mode == "fresh" else None
+        checker = None if name == "dummy" else (lambda m=m, lbl=f"{name} {mode}": check(m, base, lbl))
+        out.append(Contender(f"mnframe {name} ({mode})", lambda c=comm, m=m: c.allreduce_grad(m),
+                             before=fresh, check=checker))
+    return out
 
 
-def bench_peer(model, base, args):
+def peer_contender(model, base):
     import chainermn  # the bundled peer, benchmark only
     comm = chainermn.create_communicator("naive")
-    set_grads(model, base, WORLD.rank)
-    t = timeit(lambda: comm.allreduce_grad(model), 1, 0)  # one call: averages in place
-    check(model, base, "chainermn naive")
-    t = timeit(lambda: comm.allreduce_grad(model), args.repeat, args.warmup)
-    return {"chainermn naive": t}
+    m = model.copy(mode="copy")
+    set_grads(m, base, WORLD.rank)
+    comm.allreduce_grad(m)  # averaging is idempotent from here on: equal inputs on every rank
+    check(m, base, "chainermn naive")
+    return Contender("chainermn naive", lambda: comm.allreduce_grad(m), check=lambda: check(m, base, "peer"))
 
 
-def bench_raw(nbytes, args):
+def raw_contenders(nbytes):
     a = np.ones(nbytes // 4, np.float32)
     b = np.empty_like(a)
-    out = {"MPI.Allreduce in place": timeit(lambda: WORLD.Allreduce(MPI.IN_PLACE, a), args.repeat, args.warmup)}
-    out["numpy.copyto"] = timeit(lambda: np.copyto(b, a), args.repeat, args.warmup)
+    out = [Contender("MPI.Allreduce in place", lambda: WORLD.Allreduce(MPI.IN_PLACE, a)),
+           Contender("numpy.copyto", lambda: np.copyto(b, a))]
     try:
         import torch
         import torch.distributed as dist
@@ -120,8 +144,7 @@ def bench_raw(nbytes, args):
     os.environ.setdefault("MASTER_PORT", "29533")
     dist.init_process_group("gloo", rank=WORLD.rank, world_size=WORLD.size)
     t = torch.ones(nbytes // 4)
-    out["torch gloo all_reduce"] = timeit(lambda: dist.all_reduce(t), args.repeat, args.warmup)
-    dist.destroy_process_group()
+    out.append(Contender("torch gloo all_reduce", lambda: dist.all_reduce(t)))
     return out
 
 
@@ -137,11 +160,12 @@ def main():
     model = build_model(args.small)
     base = base_grads(model)
     nbytes = sum(b.nbytes for b in base)
-    results = {}
+    contenders = []
     for name in args.names.split(","):
-        results.update(bench_mnframe(name, model, base, args))
-    results.update(bench_peer(model, base, args))
-    results.update(bench_raw(nbytes, args))
+        contenders += mnframe_contenders(name, model, base)
+    contenders.append(peer_contender(model, base))
+    contenders += raw_contenders(nbytes)
+    results = run_round_robin(contenders, args.repeat, args.warmup)
     if WORLD.rank == 0:
         report(results, nbytes, args)
 

@@ -111,6 +111,7 @@ def run_job(world, yaml_text: str, run_dir: str, has_cuda: bool):
     """One job on every rank: agree on the config, then the pipeline."""
     from mnframe import pipeline
 
+    setup_logging(world.rank, world.size)  # again: Hydra reconfigures logging on rank 0
     cfg, config, digest = agree_on_config(world, yaml_text, has_cuda)
     if world.rank == 0:
         from pathlib import Path
@@ -171,8 +172,7 @@ def train(argv: Sequence[str]) -> None:
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
-    setup_logging(world.rank, world.size)
-    has_cuda = cuda_available()
+    has_cuda = cuda_available()  # logging is set up per job (run_job): Hydra owns it until then
     if world.rank == 0:
         Leader(world, has_cuda).run(argv)
     else:

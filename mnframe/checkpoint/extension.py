@@ -33,6 +33,8 @@ class _StopWhenPreempted:
             self.inner.serialize(serializer)
 
     def __getattr__(self, name):  # get_training_length, period, unit... for ProgressBar & co.
+        if name == "inner":  # not set yet (copy/unpickle): no recursion
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
 

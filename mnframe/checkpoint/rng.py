@@ -32,7 +32,10 @@ def _save_mt(serializer, rs):
 
 
 def _load_mt(serializer, rs):
-    keys = numpy.asarray(serializer("keys", None), dtype=numpy.uint32)
+    keys = serializer("keys", None)
+    if keys is None:  # skipped (a re-sharding resume ignores per-rank state): keep the current one
+        return
+    keys = numpy.asarray(keys, dtype=numpy.uint32)
     pos, has_gauss = (int(v) for v in serializer("pos_gauss", None))
     cached = float(serializer("cached_gaussian", None)[0])
     rs.set_state(("MT19937", keys, pos, has_gauss, cached))
@@ -54,4 +57,6 @@ class RngState:
         if saving:
             serializer("python", numpy.frombuffer(pickle.dumps(random.getstate()), dtype=numpy.uint8))
         else:
-            random.setstate(pickle.loads(numpy.asarray(serializer("python", None)).tobytes()))
+            saved = serializer("python", None)
+            if saved is not None:
+                random.setstate(pickle.loads(numpy.asarray(saved).tobytes()))

@@ -3,7 +3,8 @@
 ``mean_into`` sums the same slice of several buffers, scales it and writes the
 result to several destinations in one pass over memory: it works block by block
 (``BLOCK_BYTES``, sized for L2) so every input is read once and every output
-written once. float16 is accumulated in float32.
+written once. When the first destination is also a source, the block is
+accumulated in it directly (no scratch copy). float16 is accumulated in float32.
 """
 import numpy as np
 
@@ -18,21 +19,28 @@ def mean_into(sources, dests, scale):
         return
     if len(sources) == 1 and scale == 1 and all(d is sources[0] for d in dests):
         return
-    acc_dtype = _ACC.get(sources[0].dtype, sources[0].dtype)
+    dtype = sources[0].dtype
+    acc_dtype = _ACC.get(dtype, dtype)
+    in_place = acc_dtype == dtype and any(dests[0] is s for s in sources)
+    if in_place:  # accumulate in dests[0]: it must be read first, before it is overwritten
+        sources = [dests[0]] + [s for s in sources if s is not dests[0]]
+        copies = dests[1:]
+    else:
+        copies = dests
     step = max(1, BLOCK_BYTES // acc_dtype.itemsize)
-    scratch = np.empty(min(step, n), dtype=acc_dtype)
+    scratch = None if in_place else np.empty(min(step, n), dtype=acc_dtype)
     for s in range(0, n, step):
         e = min(n, s + step)
-        acc = scratch[:e - s]
-        if len(sources) == 1:
-            np.copyto(acc, sources[0][s:e], casting="unsafe")
-        else:
+        acc = dests[0][s:e] if in_place else scratch[:e - s]
+        if len(sources) > 1:
             np.add(sources[0][s:e], sources[1][s:e], out=acc, dtype=acc_dtype, casting="unsafe")
+        elif not in_place:
+            np.copyto(acc, sources[0][s:e], casting="unsafe")
         for src in sources[2:]:
             np.add(acc, src[s:e], out=acc, dtype=acc_dtype, casting="unsafe")
         if scale != 1:
             np.multiply(acc, scale, out=acc, casting="unsafe")
-        for d in dests:
+        for d in copies:
             np.copyto(d[s:e], acc, casting="unsafe")
 
 

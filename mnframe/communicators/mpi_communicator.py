@@ -20,6 +20,7 @@ class MpiCommunicator(CommunicatorBase):
     """A communicator over ``mpi_comm``; subclasses set ``reducer_class``."""
 
     reducer_class = None
+    grad_devices = frozenset({"numpy"})  # array modules multi_node_mean_grad accepts
 
     def __init__(self, mpi_comm=None, allreduce_grad_dtype=None, batched_copy=False):
         self._comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
@@ -62,10 +63,14 @@ class MpiCommunicator(CommunicatorBase):
         return comm
 
     def finalize(self):
+        if self._reducer is None:  # already finalized
+            return
         self._reducer.close()
+        self._reducer = None
         self._topo.free()
         if self._owns_comm:
-            self._comm.Free()
+            with oplog.op("free"):
+                self._comm.Free()
 
     # -- arrays
     def alltoall(self, xs):
@@ -143,10 +148,15 @@ class MpiCommunicator(CommunicatorBase):
         key = packing.signature_key(sig, wire)
         self._agree_on_params(sig, "multi_node_mean_grad", key)
         devices = {s[4] for s in sig if s[3]}
-        if devices - {"numpy"}:
-            raise TypeError(f"{type(self).__name__} averages NumPy gradients, but the model's are on "
-                            f"{', '.join(sorted(devices))}: use a GPU communicator ('pure_nccl' or "
-                            f"'non_cuda_aware') or move the model to the CPU")
+        if devices - self.grad_devices:
+            raise TypeError(f"{type(self).__name__} averages {'/'.join(sorted(self.grad_devices))} gradients, "
+                            f"but the model's are {'/'.join(sorted(devices))} arrays: pick a communicator for "
+                            f"that device (CPU: two_dimensional, ...; GPU: pure_nccl, non_cuda_aware) or move "
+                            f"the model (model.to_cpu() / model.to_gpu())")
+        if self.size == 1:
+            # The mean over one rank is the gradient itself: no packing, no copy
+            # (and no rounding through a narrower allreduce_grad_dtype).
+            return
         layout = self._layouts.get(key)
         if layout is None:
             if len(self._layouts) >= _MAX_LAYOUTS:

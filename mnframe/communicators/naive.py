@@ -25,10 +25,13 @@ class NaiveReducer(GradReducer):
                     wire = np.ascontiguousarray(grad, dtype=g.dtype)
                 pc.allreduce_inplace(self.comm, wire)
                 scale_inplace(wire, scale)
-                if wire is not grad:
-                    np.copyto(grad, wire, casting="unsafe")
-                if p.grad is not grad:
-                    p.grad = grad
+                if wire is grad:
+                    if p.grad is not grad:
+                        p.grad = grad  # a zero-filled gradient
+                elif p.grad is not None and p.grad.flags.writeable:
+                    np.copyto(p.grad, wire, casting="unsafe")
+                else:
+                    p.grad = wire.astype(p.array.dtype)
 
 
 class NaiveCommunicator(MpiCommunicator):

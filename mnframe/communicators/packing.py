@@ -46,6 +46,17 @@ class Layout:
         """Typed 1-d views of ``buf`` (uint8), one per group."""
         return [buf[g.byte_offset:g.byte_offset + g.size * g.dtype.itemsize].view(g.dtype) for g in self.groups]
 
+    def entry_views(self, buf):
+        """[(entry, shaped view of ``buf``, wire dtype, group index)] for every participating parameter.
+
+        Built once per buffer and reused: handing out these very objects as
+        ``param.grad`` lets the next ``pack`` recognise them with ``is``.
+        """
+        out = []
+        for gi, (g, arr) in enumerate(zip(self.groups, self.group_arrays(buf))):
+            out.extend((e, arr[e.offset:e.offset + e.size].reshape(e.shape), g.dtype, gi) for e in g.entries)
+        return out
+
 
 def _xp_name(a):
     return "numpy" if a is None or isinstance(a, np.ndarray) else type(a).__module__.split(".")[0]
@@ -58,10 +69,14 @@ def describe(model, zero_fill):
     ``signature``: per param (name, shape, dtype, takes part, device), where a
     parameter takes part when it has a gradient or ``zero_fill`` is set.
     """
-    params = [(n, p) for n, p in sorted(model.namedparams()) if p.array is not None]
-    sig = tuple((n, tuple(p.array.shape), p.array.dtype.str, p.grad is not None or bool(zero_fill),
-                 _xp_name(p.array)) for n, p in params)
-    return params, sig
+    params, sig = [], []
+    zero_fill = bool(zero_fill)
+    for n, p in sorted(model.namedparams()):
+        a = p.array
+        if a is not None:
+            params.append((n, p))
+            sig.append((n, a.shape, a.dtype.str, zero_fill or p.grad is not None, _xp_name(a)))
+    return params, tuple(sig)
 
 
 def signature_key(sig, wire_dtype):
@@ -89,44 +104,48 @@ def build_layout(params, sig, wire_dtype):
     return Layout(signature_key(sig, wire_dtype), tuple(groups), offset)
 
 
-def _same_memory(a, b):
-    return (isinstance(a, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape
-            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-            and a.strides == b.strides)
+def _copy(dst, src):
+    """dst[...] = src with casting, for NumPy or CuPy (same module on both sides)."""
+    if isinstance(dst, np.ndarray):
+        np.copyto(dst, src, casting="unsafe")
+    else:
+        dst[...] = src
 
 
-def pack(layout, params, buf):
-    """Copy (casting) every participating gradient into ``buf``; None becomes zeros."""
-    for g, arr in zip(layout.groups, layout.group_arrays(buf)):
-        for e in g.entries:
-            dst = arr[e.offset:e.offset + e.size].reshape(e.shape)
-            grad = params[e.index][1].grad
-            if grad is None:
-                dst.fill(0)
-            elif not _same_memory(grad, dst):
-                np.copyto(dst, grad, casting="unsafe")
+def pack(views, params):
+    """Copy (casting) every participating gradient into its view; None becomes zeros.
+
+    ``views``: ``layout.entry_views(buf)``. A gradient that is still the view
+    handed out by the previous ``unpack`` is already in place and skipped.
+    """
+    for e, dst, _, _ in views:
+        grad = params[e.index][1].grad
+        if grad is dst:
+            continue
+        if grad is None:
+            dst.fill(0)
+        else:
+            _copy(dst, grad)
 
 
-def unpack(layout, params, buf):
-    """Give every participating param its averaged gradient (a view of ``buf`` when dtypes agree)."""
-    for g, arr in zip(layout.groups, layout.group_arrays(buf)):
-        for e in g.entries:
-            src = arr[e.offset:e.offset + e.size].reshape(e.shape)
-            p = params[e.index][1]
-            grad = p.grad
-            if p.array.dtype == g.dtype:
-                if not _same_memory(grad, src):
-                    p.grad = src
-            elif grad is not None and isinstance(grad, np.ndarray) and grad.flags.writeable:
-                np.copyto(grad, src, casting="unsafe")
-            else:
-                p.grad = src.astype(p.array.dtype)
+def unpack(views, params):
+    """Give every participating param its averaged gradient (the view itself when dtypes agree)."""
+    for e, src, wire, _ in views:
+        p = params[e.index][1]
+        grad = p.grad
+        if grad is src:
+            continue
+        if p.array.dtype == wire:
+            p.grad = src
+        elif grad is not None and type(grad) is type(src) and grad.flags.writeable:
+            _copy(grad, src)
+        else:
+            p.grad = src.astype(p.array.dtype)
 
 
-def release(layout, params, buf):
-    """Replace gradients that are views of ``buf`` by copies (before ``buf`` goes away)."""
-    for g, arr in zip(layout.groups, layout.group_arrays(buf)):
-        for e in g.entries:
-            p = params[e.index][1]
-            if _same_memory(p.grad, arr[e.offset:e.offset + e.size].reshape(e.shape)):
-                p.grad = p.grad.copy()
+def release(views, params):
+    """Replace gradients that are our views by copies (before the buffer goes away)."""
+    for e, src, _, _ in views:
+        p = params[e.index][1]
+        if p.grad is src:
+            p.grad = src.copy()

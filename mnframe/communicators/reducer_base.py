@@ -24,6 +24,12 @@ class Buffer:
     def __init__(self, buf):
         self.buf = buf
         self.params = None  # the params last unpacked into it (for release)
+        self.views = None   # layout.entry_views(buf), built on first use
+
+    def entry_views(self, layout):
+        if self.views is None:
+            self.views = layout.entry_views(self.buf)
+        return self.views
 
     def free(self):
         self.buf = None
@@ -49,9 +55,10 @@ class GradReducer:
     # -- the common flow
     def mean(self, layout, params):
         buffer = self._buffer(layout)
-        packing.pack(layout, params, buffer.buf)
+        views = buffer.entry_views(layout)
+        packing.pack(views, params)
         self.reduce(layout, buffer)
-        packing.unpack(layout, params, buffer.buf)
+        packing.unpack(views, params)
         buffer.params = params
 
     def _buffer(self, layout):
@@ -69,7 +76,7 @@ class GradReducer:
 
     def _drop(self, buffer):
         if buffer.params is not None:
-            packing.release(buffer.layout, buffer.params, buffer.buf)
+            packing.release(buffer.entry_views(buffer.layout), buffer.params)
         buffer.free()
 
     def close(self):

@@ -32,19 +32,19 @@ class SharedSegments(Buffer):
             mem, _ = self.win.Shared_query(r)
             self.segments.append(np.frombuffer(mem, dtype=np.uint8, count=size))
         super().__init__(self.segments[intra_comm.rank])
-        self.views = {}  # layout key -> per-rank group arrays
+        self.peer_groups = None
 
     def group_arrays(self, layout):
         """[rank][group] typed arrays of every node rank's segment."""
-        views = self.views.get(layout.key)
-        if views is None:
-            views = self.views[layout.key] = [layout.group_arrays(s) for s in self.segments]
-        return views
+        if self.peer_groups is None:
+            self.peer_groups = [layout.group_arrays(s) for s in self.segments]
+        return self.peer_groups
 
     def free(self):
-        self.segments = self.views = self.buf = None
+        self.segments = self.peer_groups = self.views = self.buf = None
         self.win.Unlock_all()
-        self.win.Free()
+        with oplog.op("shm:free"):
+            self.win.Free()
 
 
 class ShmReducer(GradReducer):

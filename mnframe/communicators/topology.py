@@ -40,16 +40,13 @@ class Topology:
     node_sizes: tuple
     intra_comm: object
     inter_comm: object
-
-    @property
-    def uniform(self):
-        """True when every node runs the same number of ranks."""
-        return len(set(self.node_sizes)) == 1
+    uniform: bool  # every node runs the same number of ranks
 
     def free(self):
         for c in (self.intra_comm, self.inter_comm):
             if c != MPI.COMM_NULL:
-                c.Free()
+                with oplog.op("topology:free"):
+                    c.Free()
 
 
 def _fake_node_size():
@@ -74,7 +71,8 @@ def _node_key(mpi_comm):
         with oplog.op("topology:leader"):
             leader = shared.allreduce(world_rank, op=MPI.MIN)
     finally:
-        shared.Free()
+        with oplog.op("topology:free"):
+            shared.Free()
     key = (socket.gethostname(), leader)
     k = _fake_node_size()
     if k is not None:
@@ -101,5 +99,5 @@ def discover(mpi_comm):
         rank=mpi_comm.rank, size=mpi_comm.size,
         intra_rank=intra_rank, intra_size=node_sizes[me],
         inter_rank=me, inter_size=len(order), node_sizes=node_sizes,
-        intra_comm=intra_comm, inter_comm=inter_comm,
+        intra_comm=intra_comm, inter_comm=inter_comm, uniform=len(set(node_sizes)) == 1,
     )

@@ -7,10 +7,17 @@ result into every node segment. On one node the three steps fuse into a single
 pass: read every segment's slice once, write it once (``kernels.mean_into``).
 This is the default CPU communicator (see registry.default_name).
 
+A rank's own slice is never packed: it reads its own gradients straight from
+the parameters (only the parts its peers reduce are copied into its segment),
+which saves 1/intra_size of the packing copy when gradients are fresh arrays.
+
 Nodes with different rank counts cannot pair slices across nodes; there the
 hierarchical algorithm runs instead (decided identically on every rank).
 """
+import numpy as np
+
 from mnframe.communicators import p2p_collectives as pc
+from mnframe.communicators import packing
 from mnframe.communicators.hierarchical import HierarchicalReducer
 from mnframe.communicators.kernels import mean_into, slice_bounds
 from mnframe.communicators.mpi_communicator import MpiCommunicator
@@ -18,25 +25,83 @@ from mnframe.communicators.shm import ShmReducer
 
 
 class TwoDimensionalReducer(ShmReducer):
+    def mean(self, layout, params):
+        if not self.topo.uniform:
+            return super().mean(layout, params)
+        buffer = self._buffer(layout)
+        views = buffer.entry_views(layout)
+        plans = self._pack(layout, params, views)
+        self._reduce(layout, buffer, plans)
+        packing.unpack(views, params)
+        buffer.params = params
+
     def reduce(self, layout, buffer):
-        topo = self.topo
-        if not topo.uniform:
+        """Reduce an already packed buffer (the generic GradReducer flow)."""
+        if not self.topo.uniform:
             return HierarchicalReducer.reduce(self, layout, buffer)
+        plans = []
+        for g in layout.groups:
+            lo, hi = slice_bounds(g.size, self.topo.intra_size, self.topo.intra_rank)
+            plans.append((lo, hi, [(lo, hi, None)]))
+        self._reduce(layout, buffer, plans)
+
+    def _pack(self, layout, params, views):
+        """Pack all but this rank's own slice; per group (lo, hi, pieces of [lo, hi)).
+
+        A piece is (start, stop, source): ``source`` is the parameter's own
+        gradient (flat) when it can be read directly, else None (read the segment).
+        """
+        topo = self.topo
+        bounds = [slice_bounds(g.size, topo.intra_size, topo.intra_rank) for g in layout.groups]
+        pieces_of = [[] for _ in layout.groups]
+        for e, dst, wire, gi in views:
+            lo, hi = bounds[gi]
+            pieces = pieces_of[gi]
+            grad = params[e.index][1].grad
+            a, b = max(lo, e.offset), min(hi, e.offset + e.size)
+            if grad is dst:  # still our view from the last call: already in place
+                direct = False
+            else:
+                direct = (a < b and isinstance(grad, np.ndarray) and grad.dtype == wire
+                          and grad.flags.c_contiguous)
+                if direct:
+                    flat, out = grad.reshape(-1), dst.reshape(-1)
+                    i, j = a - e.offset, b - e.offset
+                    out[:i] = flat[:i]
+                    out[j:] = flat[j:]
+                    pieces.append((a, b, flat[i:j]))
+                    continue
+                if grad is None:
+                    dst.fill(0)
+                else:
+                    packing._copy(dst, grad)
+            if a < b:
+                if pieces and pieces[-1][2] is None and pieces[-1][1] == a:
+                    pieces[-1] = (pieces[-1][0], b, None)  # merge neighbouring segment pieces
+                else:
+                    pieces.append((a, b, None))
+        return [(lo, hi, pieces) for (lo, hi), pieces in zip(bounds, pieces_of)]
+
+    def _reduce(self, layout, buffer, plans):
+        topo = self.topo
         scale = 1.0 / self.comm.size
         views = buffer.group_arrays(layout)
         me = topo.intra_rank
+        single = topo.inter_size == 1
         self.fence(buffer, "2d:packed")
-        for gi, g in enumerate(layout.groups):
-            lo, hi = slice_bounds(g.size, topo.intra_size, me)
-            slices = [v[gi][lo:hi] for v in views]
-            if topo.inter_size == 1:
-                mean_into(slices, slices, scale)
-                continue
-            mean_into(slices, [slices[me]], scale)
-            pc.allreduce_inplace(topo.inter_comm, slices[me])
-            for q, s in enumerate(slices):
-                if q != me:
-                    s[...] = slices[me]
+        for gi, (lo, hi, pieces) in enumerate(plans):
+            for a, b, source in pieces:
+                seg = [v[gi][a:b] for v in views]
+                mine = seg[me]
+                peers = seg[:me] + seg[me + 1:]
+                sources = [mine if source is None else source] + peers
+                mean_into(sources, [mine] + (peers if single else []), scale)
+            if not single:
+                own = [v[gi][lo:hi] for v in views]
+                pc.allreduce_inplace(topo.inter_comm, own[me])
+                for q, s in enumerate(own):
+                    if q != me:
+                        s[...] = own[me]
         self.fence(buffer, "2d:done")
 
 

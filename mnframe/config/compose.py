@@ -22,7 +22,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Sequence
 
 from mnframe.config.errors import ConfigError, ConfigIssue, format_issues, suggest
 
@@ -117,7 +117,7 @@ _MISSING_OPTION = re.compile(r"Could not find '([^/']+)/([^']+)'")
 def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] = ()) -> ConfigError:
     """A Hydra/OmegaConf composition failure as a ConfigError with a suggestion."""
     from mnframe.config.schema import RunConfig
-    from mnframe.config.validate import _allowed_keys
+    from mnframe.config.validate import allowed_keys
 
     text = str(exc).strip()
     cause = exc.__cause__ or exc.__context__
@@ -125,12 +125,13 @@ def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] 
         text += f"\n{cause}"
     issues: List[ConfigIssue] = []
     m = _OVERRIDE_KEY.search(text)
-    if m:
+    if m and "not in struct" in text:
         parts = m.group(1).split(".")
-        allowed = sorted(_allowed_keys(RunConfig, tuple(parts[:-1])))
-        if allowed:
-            issues.append(ConfigIssue(m.group(1), "unknown key", allowed=", ".join(allowed),
-                                      suggestion=suggest(parts[-1], allowed)))
+        allowed = sorted(allowed_keys(RunConfig, tuple(parts[:-1])) - {"_target_"})
+        hint = f"(to add a new argument, write +{m.group(1)}=...)"
+        issues.append(ConfigIssue(m.group(1), f"unknown key {hint}",
+                                  allowed=", ".join(allowed) or None,
+                                  suggestion=suggest(parts[-1], allowed)))
     m = _MISSING_OPTION.search(text)
     if m:
         group, option = m.group(1), m.group(2)
@@ -138,8 +139,9 @@ def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] 
         issues.append(ConfigIssue(group, f"unknown {group} option", value=option,
                                   allowed=", ".join(options) or None,
                                   suggestion=suggest(option, options)))
-    message = format_issues(issues) + "\n" if issues else "invalid configuration:\n"
-    return ConfigError(message + "  (Hydra: " + text.replace("\n", "\n   ") + ")")
+    if issues:
+        return ConfigError(format_issues(issues))
+    return ConfigError("invalid configuration (from Hydra):\n  " + text.replace("\n", "\n  "))
 
 
 def list_group_options(group: str, config_dirs: Sequence[Path] = ()) -> List[str]:

@@ -8,7 +8,7 @@ lists every issue; the guard prints it without a traceback and exits 2.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional, Sequence
 
 try:

@@ -137,6 +137,8 @@ class DatasetConfig(Strict):
     ``synchronized`` (every rank iterates the full set in the same order),
     ``replicate`` (every rank iterates the full set independently).
     Receive-only model-parallel ranks get an empty dataset (``topology``).
+    ``batch_size`` is per data-parallel rank; ``global_batch_size``, when set,
+    wins and must divide evenly over the data-parallel ranks.
     """
 
     source: Component
@@ -178,7 +180,8 @@ class DataParallelTopology(Strict):
 
 
 class ModelParallelTopology(Strict):
-    """A model split over ``len(ranks)`` ranks (ranks numbered inside the group).
+    """A model split over ``len(ranks)`` ranks; ``ranks[i]`` is the plan of rank i
+    of the group (``topology.ranks.1.stages.0.rank_out=0`` on the command line).
 
     With a world larger than the group, the world is split into
     ``world_size / group_size`` replicas (dual parallelism): model
@@ -187,15 +190,18 @@ class ModelParallelTopology(Strict):
     """
 
     kind: Literal["model_parallel"] = "model_parallel"
-    ranks: Dict[int, RankPlan] = Field(min_length=1)
+    ranks: List[RankPlan] = Field(min_length=1)  # index = rank inside the group
 
-    @field_validator("ranks")
+    @field_validator("ranks", mode="before")
     @classmethod
-    def _contiguous(cls, ranks: Dict[int, RankPlan]) -> Dict[int, RankPlan]:
-        expected = list(range(len(ranks)))
-        if sorted(ranks) != expected:
-            raise ValueError(f"ranks must be numbered {expected} (got {sorted(ranks)})")
-        return ranks
+    def _mapping_to_list(cls, value: Any) -> Any:
+        # {0: plan, 1: plan} is accepted too; its keys must be 0..n-1
+        if isinstance(value, dict):
+            keys = sorted(int(k) for k in value)
+            if keys != list(range(len(value))):
+                raise ValueError(f"ranks must be numbered 0..{len(value) - 1} (got {keys})")
+            return [value[k] if k in value else value[str(k)] for k in keys]
+        return value
 
     @property
     def group_size(self) -> int:
@@ -241,9 +247,11 @@ class ExtensionBase(Strict):
 
 
 class EvaluatorExt(ExtensionBase):
-    """Multi-node evaluator on the test split (runs on every rank)."""
+    """Multi-node evaluator on the test split (runs on every rank); reports
+    ``<report_prefix>/main/loss`` etc."""
 
     rank0_only: bool = False
+    report_prefix: str = "validation"
 
 
 class LogReportExt(ExtensionBase):
@@ -253,7 +261,9 @@ class LogReportExt(ExtensionBase):
 
 
 class PrintReportExt(ExtensionBase):
-    """The report table."""
+    """The report table (reads the LogReport entry named ``log_report``)."""
+
+    log_report: str = "log_report"
 
     entries: List[str] = Field(default_factory=lambda: [
         "epoch", "iteration", "main/loss", "validation/main/loss",

@@ -15,7 +15,7 @@ schedule; ``render_png`` draws it with matplotlib.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from mnframe.config.errors import ConfigIssue
 from mnframe.config.schema import ModelParallelTopology, RankPlan
@@ -77,7 +77,7 @@ def _path(rank: int, stage: Optional[int] = None, key: Optional[str] = None) -> 
 def _structure_issues(topo: ModelParallelTopology) -> List[ConfigIssue]:
     n = topo.group_size
     issues = []
-    for r, plan in topo.ranks.items():
+    for r, plan in enumerate(topo.ranks):
         for i, stage in enumerate(plan.stages):
             for key in ("rank_in", "rank_out"):
                 for p in _peers(getattr(stage, key)):
@@ -98,18 +98,6 @@ def _structure_issues(topo: ModelParallelTopology) -> List[ConfigIssue]:
                                       "a rank with the loss (classifier: true) must end with "
                                       "a stage that keeps its output (rank_out: null)",
                                       value=last.rank_out))
-    has_loss = any(p.classifier for p in topo.ranks.values())
-    if not has_loss:
-        issues.append(ConfigIssue("topology.ranks", "no rank computes the loss; set "
-                                  "classifier: true on the rank that produces the output"))
-    # every rank has work: it holds the input, or some rank talks to it
-    talked_to = {p for plan in topo.ranks.values() for s in plan.stages
-                 for p in _peers(s.rank_in) + _peers(s.rank_out)}
-    for r, plan in topo.ranks.items():
-        sends = any(_peers(s.rank_out) or _peers(s.rank_in) for s in plan.stages)
-        if r not in talked_to and not sends and n > 1:
-            issues.append(ConfigIssue(_path(r), "this rank exchanges nothing with the other "
-                                      "ranks, so it has no part in the model"))
     return issues
 
 
@@ -169,7 +157,7 @@ def check_graph(topo: ModelParallelTopology) -> GraphReport:
     report.issues += _structure_issues(topo)
     if report.issues:
         return report
-    report.schedule = {r: rank_schedule(plan) for r, plan in topo.ranks.items()}
+    report.schedule = {r: rank_schedule(plan) for r, plan in enumerate(topo.ranks)}
     report.issues += _count_issues(report.schedule)
     if report.issues:
         return report
@@ -197,7 +185,7 @@ def describe(topo: ModelParallelTopology, world_size: int,
     lines = [f"model-parallel group of {topo.group_size} ranks; world size {world_size}"]
     for k, members in enumerate(replicas(topo, world_size)):
         lines.append(f"  replica {k}: world ranks {members}")
-    for r, plan in topo.ranks.items():
+    for r, plan in enumerate(topo.ranks):
         tags = [f"dataset={plan.dataset}"] + (["loss"] if plan.classifier else [])
         lines.append(f"rank {r} ({', '.join(tags)}):")
         for i, s in enumerate(plan.stages):
@@ -220,17 +208,17 @@ def render_png(topo: ModelParallelTopology, path: str) -> str:
     import matplotlib.pyplot as plt
 
     n = topo.group_size
-    depth = max(len(p.stages) for p in topo.ranks.values())
+    depth = max(len(p.stages) for p in topo.ranks)
     fig, ax = plt.subplots(figsize=(3 + 2.5 * n, 1.5 + 1.2 * depth))
     pos = {}
-    for r, plan in topo.ranks.items():
+    for r, plan in enumerate(topo.ranks):
         ax.text(r * 3, 0.6, f"rank {r}", ha="center", fontweight="bold")
         for i, s in enumerate(plan.stages):
             xy = (r * 3, -i * 1.5)
             pos[(r, i)] = xy
             ax.text(*xy, s.module.target.rsplit(".", 1)[-1], ha="center", va="center",
                     bbox=dict(boxstyle="round", fc="#dde8ff" if plan.dataset == "input" else "#eee"))
-    for r, plan in topo.ranks.items():
+    for r, plan in enumerate(topo.ranks):
         for i, s in enumerate(plan.stages):
             for p in _peers(s.rank_out):
                 # the receiving stage: the peer's first stage that takes input from r

@@ -25,6 +25,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from mnframe.config import schema
 from mnframe.config.errors import ConfigIssue, join_path, raise_issues, suggest
+from mnframe.config.topology import check_graph
 
 # Arguments the builders pass themselves (never expected in the config).
 _UPDATER_PROVIDED = {"iterator", "optimizer", "device", "models", "converter"}
@@ -38,7 +39,6 @@ def _model_fields(tp: Any) -> Dict[str, Any]:
         out = {}
         for name, f in tp.model_fields.items():
             out[f.alias or name] = f.annotation
-            out[name] = f.annotation
         return out
     return {}
 
@@ -56,7 +56,7 @@ def _candidates(tp: Any) -> List[Any]:
     return [tp]
 
 
-def _allowed_keys(root_type: Any, loc: Tuple[Any, ...]) -> Set[str]:
+def allowed_keys(root_type: Any, loc: Tuple[Any, ...]) -> Set[str]:
     """Keys the schema accepts at ``loc`` (used to suggest a fix for unknown keys)."""
     current = _candidates(root_type)
     for part in loc:
@@ -102,7 +102,7 @@ def issues_from_validation(err: ValidationError, data: Any, prefix: str,
         if e["type"] == "extra_forbidden":
             key = loc[-1]
             parent_path, _ = _data_path(data, loc[:-1])
-            allowed = sorted(_allowed_keys(root_type, tuple(loc[:-1])))
+            allowed = sorted(allowed_keys(root_type, tuple(loc[:-1])))
             issues.append(ConfigIssue(
                 join_path(prefix, *parent_path, key), "unknown key",
                 allowed=", ".join(allowed) or None, suggestion=suggest(key, allowed)))
@@ -135,6 +135,8 @@ def _import_target(dotted: str):
 def check_target(path: str, dotted: str, kwargs: Dict[str, Any],
                  provided: Set[str] = frozenset()) -> List[ConfigIssue]:
     """``dotted`` imports and accepts ``kwargs`` (plus what the builder ``provided``)."""
+    if dotted == "???":
+        return []  # reported as a missing value
     obj, problem, hint = _import_target(dotted)
     if problem:
         return [ConfigIssue(join_path(path, "_target_"), problem, value=dotted, suggestion=hint)]
@@ -156,8 +158,6 @@ def check_target(path: str, dotted: str, kwargs: Dict[str, Any],
                and n not in kwargs and n not in provided]
     issues += [ConfigIssue(join_path(path, n), f"{dotted} needs argument {n!r}; add it")
                for n in missing]
-    issues += [ConfigIssue(join_path(path, k), "value is missing (???); set it", value=v)
-               for k, v in kwargs.items() if v == "???"]
     return issues
 
 
@@ -185,7 +185,7 @@ def _communicator_issues(cfg: schema.CommunicatorConfig, has_cuda: bool,
 
 def _optimizer_issues(cfg: schema.OptimizerConfig, comm_name: Optional[str],
                       has_cuda: bool) -> List[ConfigIssue]:
-    from mnframe.build.optimizer import OPTIMIZERS
+    from mnframe.build.optimizer import OPTIMIZERS, optimizer_kwargs
 
     issues = []
     if cfg.target:
@@ -196,8 +196,8 @@ def _optimizer_issues(cfg: schema.OptimizerConfig, comm_name: Optional[str],
         return [ConfigIssue("optimizer.name", "unknown optimizer", value=cfg.name,
                             allowed=", ".join(sorted(OPTIMIZERS)) + " (or set optimizer._target_)",
                             suggestion=suggest(cfg.name or "", OPTIMIZERS))]
-    issues += check_target("optimizer", dotted, cfg.hparams)
-    for key, value in cfg.hparams.items():
+    issues += check_target("optimizer", dotted, optimizer_kwargs(cfg))
+    for key, value in optimizer_kwargs(cfg).items():
         if not isinstance(value, (int, float, bool, type(None))) or value == "???":
             issues.append(ConfigIssue(join_path("optimizer", key),
                                       "hyper-parameters must be numbers or booleans", value=value))
@@ -223,28 +223,22 @@ def _dataset_issues(cfg: schema.DatasetConfig, dp_width: int) -> List[ConfigIssu
                 f"must be divisible by the {dp_width} data-parallel ranks",
                 value=cfg.global_batch_size,
                 allowed=f"a multiple of {dp_width}"))
-        elif "batch_size" in cfg.model_fields_set and \
-                cfg.batch_size * dp_width != cfg.global_batch_size:
-            issues.append(ConfigIssue(
-                "dataset.batch_size", f"contradicts global_batch_size={cfg.global_batch_size} "
-                f"over {dp_width} ranks; set only one of them", value=cfg.batch_size))
     return issues
 
 
-def _model_issues(cfg: schema.RunConfig) -> List[ConfigIssue]:
+def _model_issues(models: Any, topology: Any) -> List[ConfigIssue]:
     issues: List[ConfigIssue] = []
-    models = cfg.model
     if isinstance(models, schema.Component):
         issues += check_target("model", models.target, models.kwargs)
     elif isinstance(models, dict):
         for name, comp in models.items():
             issues += check_target(f"model.{name}", comp.target, comp.kwargs)
-    if isinstance(cfg.topology, schema.DataParallelTopology):
+    if isinstance(topology, schema.DataParallelTopology):
         if not models:
             issues.append(ConfigIssue("model", "a data-parallel topology needs a model",
                                       allowed="model=mlp or {_target_: your.Model, ...}"))
     else:
-        for r, plan in cfg.topology.ranks.items():
+        for r, plan in enumerate(topology.ranks):
             for i, stage in enumerate(plan.stages):
                 issues += check_target(f"topology.ranks.{r}.stages.{i}.module",
                                        stage.module.target, stage.module.kwargs)
@@ -282,14 +276,29 @@ def _extension_issues(raw: Dict[str, Any]) -> Tuple[Dict[str, schema.ExtensionBa
 
 # -- the entry point -------------------------------------------------------------
 
+def _missing_values(node: Any, path: str = ""):
+    """``???`` (OmegaConf's mandatory marker) left anywhere in the config."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _missing_values(v, join_path(path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _missing_values(v, join_path(path, i))
+    elif node == "???":
+        yield ConfigIssue(path, "mandatory value is not set (???); set it in the recipe "
+                          f"or on the command line: {path}=...")
+
+
 def validate(raw: Dict[str, Any], world_size: int, has_cuda: bool = False,
              check_targets: bool = True) -> schema.RunConfig:
     """Return the validated ``RunConfig`` or raise one ConfigError listing every problem."""
-    from mnframe.config.topology import check_graph
-
     if not isinstance(raw, dict):
         raise_issues([ConfigIssue("", "the config must be a mapping", value=raw)])
-    issues: List[ConfigIssue] = []
+    issues: List[ConfigIssue] = list(_missing_values(raw))
+    if isinstance(raw.get("checkpoint"), dict) and "resume" in raw["checkpoint"]:
+        issues.append(ConfigIssue("checkpoint.resume", "resume is chosen at the top level",
+                                  value=raw["checkpoint"]["resume"],
+                                  allowed="resume=auto|must|never"))
     sections: Dict[str, Any] = {}
     fields = schema.RunConfig.model_fields
     for key in raw:
@@ -301,27 +310,36 @@ def validate(raw: Dict[str, Any], world_size: int, has_cuda: bool = False,
             if field.is_required():
                 issues.append(ConfigIssue(name, "required section is missing"))
             continue
-        annotation = field.annotation
-        if field.metadata:  # keep constraints such as min_length on ``name``
-            annotation = typing.Annotated[(annotation, *field.metadata)]
+        # the FieldInfo keeps constraints (min_length) and union discriminators
+        annotation = typing.Annotated[field.annotation, field]
         try:
             sections[name] = TypeAdapter(annotation).validate_python(raw[name])
         except ValidationError as err:
             issues += issues_from_validation(err, raw[name], name, field.annotation)
     extensions, ext_issues = _extension_issues(raw.get("extensions") or {})
     issues += ext_issues
-    if issues:  # later checks need well-formed sections
-        raise_issues(issues)
+    for name, field in fields.items():  # defaults of sections left out
+        if name not in raw and not field.is_required():
+            sections[name] = field.get_default(call_default_factory=True)
+    # pass 2 and 3 on every section that is well formed, so all problems show at once
+    issues += _semantic_issues(sections, world_size, has_cuda, check_targets)
+    raise_issues(issues)
+    return schema.RunConfig.model_validate(raw)
 
-    cfg = schema.RunConfig.model_validate(raw)
-    device = cfg.trainer.device
+
+def _semantic_issues(s: Dict[str, Any], world_size: int, has_cuda: bool,
+                     check_targets: bool) -> List[ConfigIssue]:
+    issues: List[ConfigIssue] = []
+    device = s["trainer"].device if "trainer" in s else "cpu"
     if device == "gpu" and not has_cuda:
         issues.append(ConfigIssue("trainer.device", "no CUDA GPU (CuPy) found", value="gpu",
                                   allowed="cpu, auto"))
     if device == "auto":
         device = "gpu" if has_cuda else "cpu"
-    issues += _communicator_issues(cfg.communicator, has_cuda, device)
-    topo = cfg.topology
+    if "communicator" in s:
+        issues += _communicator_issues(s["communicator"], has_cuda, device)
+    topo = s.get("topology")
+    dp_width = world_size
     if isinstance(topo, schema.ModelParallelTopology):
         group = topo.group_size
         if world_size < group:
@@ -334,17 +352,22 @@ def validate(raw: Dict[str, Any], world_size: int, has_cuda: bool = False,
                                       allowed=f"a multiple of {group}"))
         issues += check_graph(topo).issues
         dp_width = max(1, world_size // group)
-    else:
-        dp_width = world_size
-    issues += _dataset_issues(cfg.dataset, dp_width)
-    if check_targets:
-        issues += _optimizer_issues(cfg.optimizer, cfg.communicator.name, has_cuda)
-        issues += check_target("dataset.source", cfg.dataset.source.target,
-                               cfg.dataset.source.kwargs)
-        issues += _model_issues(cfg)
-        issues += check_target("updater", cfg.updater.target, cfg.updater.kwargs, _UPDATER_PROVIDED)
-    raise_issues(issues)
-    return cfg
+    if "dataset" in s:
+        issues += _dataset_issues(s["dataset"], dp_width)
+    if not check_targets:
+        return issues
+    if "optimizer" in s:
+        comm = s["communicator"].name if "communicator" in s else None
+        issues += _optimizer_issues(s["optimizer"], comm, has_cuda)
+    if "dataset" in s:
+        issues += check_target("dataset.source", s["dataset"].source.target,
+                               s["dataset"].source.kwargs)
+    if topo is not None and "model" in s:
+        issues += _model_issues(s["model"], topo)
+    if "updater" in s:
+        issues += check_target("updater", s["updater"].target, s["updater"].kwargs,
+                               _UPDATER_PROVIDED)
+    return issues
 
 
 def extensions_of(cfg: schema.RunConfig) -> Dict[str, schema.ExtensionBase]:

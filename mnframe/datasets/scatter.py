@@ -75,16 +75,22 @@ def _layout_name(dataset):
     return "pickle"
 
 
-def _take_local(dataset, index):
-    """The root's own shard, without a round trip through MPI."""
+def _take_local(dataset, order, begin, end):
+    """The root's own shard, without a round trip through MPI and without a copy.
+
+    Unshuffled raw data: views of the root's arrays, in the same type as the
+    other ranks get. Shuffled raw data: ``SubDataset(dataset, begin, end,
+    order)`` (what ChainerMN returns on every rank), because the root already
+    holds the data and copying half a dataset would be the root's largest cost.
+    """
     name = _layout_name(dataset)
+    index = partition.shard_indices(order, begin, end)
     if name == "pickle":
         return _examples(dataset, index)
+    if order is not None:
+        return chainer.datasets.SubDataset(dataset, begin, end, order)
     layout = _RAW_LAYOUTS[name]
-    # a slice stays a view of the dataset (as ChainerMN's SubDataset would); a shuffled shard is a copy
-    parts = [c[index] if isinstance(index, slice) else np.take(c, index, axis=0)
-             for c in layout.components(dataset)]
-    return layout.build(parts)
+    return layout.build([c[index] for c in layout.components(dataset)])
 
 
 def _examples(dataset, index):
@@ -93,7 +99,13 @@ def _examples(dataset, index):
     return [dataset[int(i)] for i in index]
 
 
-# ---- the root's plan ----------------------------------------------------------------------
+# ---- the root's plan ---------------------------------------------------------------------
+
+# Largest message actually sent: big enough to reach full bandwidth, small enough
+# that the root's staging buffers stay in cache-friendly sizes (measured: 16 MiB
+# pieces scatter a shuffled 1 GiB dataset markedly faster than 256 MiB ones).
+_MESSAGE_BYTES = 16 * 2**20
+
 
 def _plan(dataset, size, shuffle, seed, max_buf_len, force_equal_length):
     """(header broadcast to all ranks, permutation kept on the root)."""
@@ -107,7 +119,7 @@ def _plan(dataset, size, shuffle, seed, max_buf_len, force_equal_length):
     n = len(dataset)
     name = _layout_name(dataset)
     header = {
-        "error": None, "layout": name, "n": n, "chunk": int(max_buf_len),
+        "error": None, "layout": name, "n": n, "chunk": int(min(max_buf_len, _MESSAGE_BYTES)),
         "ranges": partition.shard_ranges(n, size, force_equal_length),
     }
     if name != "pickle":
@@ -134,8 +146,10 @@ def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
     message in bytes (at most 2**31 - 1); larger datasets are sent in chunks.
     Collective: every rank of ``comm`` must call it with the same ``root``.
 
-    Returns an ndarray (ndarray input), a TupleDataset (TupleDataset of
-    arrays), or a list of examples (any other dataset).
+    Returns, on non-root ranks, an ndarray (ndarray input), a TupleDataset
+    (TupleDataset of arrays), or a list of examples (any other dataset); the
+    root gets the same, except that a shuffled array dataset gives it a
+    zero-copy ``SubDataset`` view of its part.
     """
     mpi = _mpi_comm(comm)
     if not 0 <= root < mpi.size:
@@ -189,7 +203,10 @@ def _send_all(mpi, dataset, header, order, root):
     if failure is not None:
         raise ValueError(f"scatter_dataset: could not build or send a shard: {failure}")
     begin, end = ranges[root]
-    return _take_local(dataset, partition.shard_indices(order, begin, end))
+    try:
+        return _take_local(dataset, order, begin, end)
+    except Exception as e:
+        raise ValueError(f"scatter_dataset: could not build the root's shard: {type(e).__name__}: {e}") from e
 
 
 def scatter_index(n_total_samples, comm, root=0, *, force_equal_length=True):

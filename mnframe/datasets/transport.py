@@ -56,7 +56,8 @@ def send_rows(comm, arr, index, dest, chunk):
     pending = [[], []]
     for block, (r0, r1, parts) in enumerate(pieces(n_rows, row_bytes, chunk)):
         slot = block % 2
-        MPI.Request.Waitall(pending[slot])  # this staging buffer is free again
+        with oplog.op("scatter_dataset.wait", peer=dest):
+            MPI.Request.Waitall(pending[slot])  # this staging buffer is free again
         stage = stages[slot][:r1 - r0]
         if view is not None:
             np.copyto(stage, view[r0:r1])
@@ -104,9 +105,9 @@ def send_object(comm, obj, dest, chunk):
 
 def send_error(comm, message, dest):
     """Tell a waiting receiver that its shard will not come, and why."""
-    with oplog.op("scatter_dataset.send_len", peer=dest):
+    with oplog.op("scatter_dataset.send_error", peer=dest):
         comm.Send(np.array([-1], np.int64), dest, _TAG)
-    comm.send(message, dest, _TAG)
+        comm.send(message, dest, _TAG)
 
 
 def recv_object(comm, source, chunk):
@@ -115,6 +116,7 @@ def recv_object(comm, source, chunk):
     with oplog.op("scatter_dataset.recv_len", peer=source):
         comm.Recv(length, source, _TAG)
     if length[0] < 0:
-        return None, comm.recv(source=source, tag=_TAG)
+        with oplog.op("scatter_dataset.recv_error", peer=source):
+            return None, comm.recv(source=source, tag=_TAG)
     payload = recv_rows(comm, int(length[0]), (), np.uint8, source, chunk)
     return pickle.loads(memoryview(payload)), None

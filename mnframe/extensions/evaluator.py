@@ -61,7 +61,12 @@ def weighted_mean(per_rank):
     """Merge ``[(n_examples, {key: mean})]`` of all ranks into the example-weighted mean.
 
     A key counts only the ranks that reported it; ranks with no examples add nothing.
+    If no rank counted any example (a custom ``evaluate`` that reads its data
+    without the evaluator's iterators), every reporting rank weighs the same,
+    as in ChainerMN.
     """
+    if sum(n for n, _ in per_rank) == 0:
+        per_rank = [(1, result) for _, result in per_rank]
     totals, counts = {}, {}
     for n, result in per_rank:
         if n == 0:
@@ -81,15 +86,23 @@ class _MultiNodeEvaluatorMixin:
         counter = [0]
         original = self._iterators
         self._iterators = {k: _CountingIterator(v, counter) for k, v in original.items()}
+        mpi = self._mn_communicator.mpi_comm
         try:
-            local = super().evaluate()
+            local = {key: _to_host(value) for key, value in super().evaluate().items()}
+            error = None
+        except Exception as e:  # the other ranks are about to wait for this rank: share it
+            local, error = {}, e
         finally:
             self._iterators = original
-        local = {key: _to_host(value) for key, value in local.items()}
-        mpi = self._mn_communicator.mpi_comm
+        message = None if error is None else f"rank {mpi.rank}: {type(error).__name__}: {error}"
         with oplog.op("multi_node_evaluator.allgather"):
-            per_rank = mpi.allgather((counter[0], local))
-        return weighted_mean(per_rank)
+            per_rank = mpi.allgather((counter[0], local, message))
+        if error is not None:
+            raise error
+        failures = [m for _, _, m in per_rank if m is not None]
+        if failures:
+            raise RuntimeError("multi-node evaluator: evaluation failed on another rank: " + "; ".join(failures))
+        return weighted_mean([(n, result) for n, result, _ in per_rank])
 
 
 _SUBCLASSES = {}
@@ -131,7 +144,7 @@ class GenericMultiNodeEvaluator(extension.Extension):
     to ``aggregate`` (set it up in ``initialize``).
 
     Args:
-        comm: mnframe communicator.
+        comm: mnframe communicator (None: evaluate and aggregate in this process).
         iterator: a non-repeating iterator over this rank's data.
         target: the model (``calc_local`` calls it by default).
         device: device the converter sends arrays to.
@@ -148,7 +161,7 @@ class GenericMultiNodeEvaluator(extension.Extension):
     def __init__(self, comm, iterator, target, device=None,
                  converter=convert.concat_examples, root=0, **kwargs):
         progress_hook, = argument.parse_kwargs(kwargs, ("progress_hook", None))
-        if not 0 <= root < comm.size:
+        if comm is not None and not 0 <= root < comm.size:
             raise ValueError(f"GenericMultiNodeEvaluator: root={root} is not a rank of a "
                              f"communicator of size {comm.size}")
         self.comm = comm
@@ -173,6 +186,8 @@ class GenericMultiNodeEvaluator(extension.Extension):
             it = self.iterator
         else:
             it = copy.copy(self.iterator)
+        if self.comm is None:  # a single process: aggregate the local results
+            return self.aggregate(list(self._local_results(it)))
         gathered = list(self._gather_all(it))
         return self.aggregate(gathered) if self.comm.rank == self.root else None
 
@@ -186,7 +201,7 @@ class GenericMultiNodeEvaluator(extension.Extension):
                     result = self.calc_local(**in_arrays)
                 else:
                     result = self.calc_local(in_arrays)
-            if self._progress_hook and self.comm.rank == self.root:
+            if self._progress_hook and (self.comm is None or self.comm.rank == self.root):
                 self._progress_hook(batch)
             yield result
 

@@ -31,8 +31,10 @@ def _to_host(value):
     """A picklable host value: Python float for scalars, NumPy array otherwise."""
     if isinstance(value, chainer.Variable):
         value = value.array
-    if hasattr(value, "shape") and not isinstance(value, numpy.ndarray) and not isinstance(value, numpy.generic):
-        value = backend.CpuDevice().send(value)  # CuPy or ChainerX (any device) -> NumPy
+    if type(value).__module__.startswith("chainerx"):
+        value = value.to_device("native:0")  # a ChainerX array on any device, e.g. cuda:0
+    if hasattr(value, "shape") and not isinstance(value, (numpy.ndarray, numpy.generic)):
+        value = backend.CpuDevice().send(value)  # CuPy or native ChainerX -> NumPy
     if isinstance(value, (numpy.ndarray, numpy.generic)):
         return float(value) if numpy.ndim(value) == 0 else numpy.array(value)
     return value

@@ -9,5 +9,5 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "scatter": "mnframe.functions.collective:scatter",
     "send": "mnframe.functions.point_to_point:send",
     "recv": "mnframe.functions.point_to_point:recv",
-    "pseudo_connect": "mnframe.functions.pseudo_connect:pseudo_connect",
+    "pseudo_connect": "mnframe.functions.connect:pseudo_connect",
 })

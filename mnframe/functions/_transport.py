@@ -15,7 +15,6 @@ All traffic goes through the communicator (``comm.send``, ``comm.recv``,
 import typing
 
 import numpy
-from chainer import backend
 
 
 class ArrayMeta(typing.NamedTuple):

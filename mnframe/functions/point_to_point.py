@@ -51,7 +51,7 @@ class Send(chainer.FunctionNode):
         self._xp = backend.get_array_module(*inputs)
         self._metas = [_transport.ArrayMeta.of(x) for x in xs]
         _transport.send(self.comm, xs, self.peer, self.tag)
-        return _delegate_array(backend.get_array_module(*inputs)),
+        return _delegate_array(self._xp),
 
     def backward(self, target_input_indexes, grad_outputs):
         xp = self._xp
@@ -69,6 +69,7 @@ class Recv(chainer.FunctionNode):
         self.comm, self.peer, self.tag = comm, peer, tag
         self._metas = None
         self._delegate_meta = None
+        self._delegate_xp = numpy
 
     @property
     def label(self):
@@ -77,6 +78,7 @@ class Recv(chainer.FunctionNode):
     def forward(self, inputs):
         delegate, = inputs
         self._delegate_meta = _transport.ArrayMeta.of(delegate)
+        self._delegate_xp = backend.get_array_module(delegate)
         what = f"recv(rank={self.peer}, tag={self.tag}) on rank {self.comm.rank}"
         ys = _transport.recv(self.comm, self.peer, self.tag)
         if not ys:
@@ -92,7 +94,8 @@ class Recv(chainer.FunctionNode):
         gys = [_transport.zeros(m, xp) if g is None else g.array
                for g, m in zip(grad_outputs, self._metas)]
         _transport.send(self.comm, gys, self.peer, self.tag)
-        return chainer.Variable(_transport.zeros(self._delegate_meta, xp)),
+        # the delegate's gradient lives where the delegate does (an anchor is on the host)
+        return chainer.Variable(_transport.zeros(self._delegate_meta, self._delegate_xp)),
 
 
 def send(x, communicator, rank, tag=0):

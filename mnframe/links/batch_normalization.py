@@ -12,11 +12,13 @@ zero). The backward pass needs two more per-channel sums (of ``gy`` and
 ``gy * x_hat``) over the global batch. Parameter gradients stay *local* (the
 rank's share), as for any parameter: the multi-node optimizer averages them.
 
-The channel exchange is a strategy object chosen from ``_BACKENDS``:
+The channel exchange is a strategy object chosen through ``_BACKENDS``:
 ``'mpi'`` moves the few per-channel numbers through host MPI; ``'nccl'`` keeps
 them on the GPU (CuPy + NCCL, imported only then); ``'auto'`` picks NCCL when
 the input is a CuPy array and NCCL is usable on every rank, else MPI.
 """
+import copy
+
 import numpy
 
 import chainer
@@ -26,6 +28,7 @@ from chainer import function_node
 from chainer.links import BatchNormalization
 from chainer.utils import argument
 
+from mnframe.runtime import oplog
 from mnframe.utils import collectives
 
 __all__ = ["MultiNodeBatchNormalization"]
@@ -96,10 +99,9 @@ class _NcclExchange:
         send = cupy.ascontiguousarray(cupy.asarray(array, dtype=numpy.float64))
         out = cupy.empty((comm.size(),) + send.shape, dtype=numpy.float64)
         stream = cupy.cuda.get_current_stream()
-        from mnframe.runtime import oplog
         with oplog.op("mnbn.nccl_allgather_stats", array=send):
             comm.allGather(send.data.ptr, out.data.ptr, send.size, nccl.NCCL_FLOAT64, stream.ptr)
-        return out
+        return out if xp is not numpy else cupy.asnumpy(out)
 
     def allreduce_sum(self, xp, array):
         import cupy
@@ -108,36 +110,40 @@ class _NcclExchange:
         send = cupy.ascontiguousarray(cupy.asarray(array, dtype=numpy.float64))
         out = cupy.empty_like(send)
         stream = cupy.cuda.get_current_stream()
-        from mnframe.runtime import oplog
         with oplog.op("mnbn.nccl_allreduce_grad_stats", array=send):
             comm.allReduce(send.data.ptr, out.data.ptr, send.size, nccl.NCCL_FLOAT64,
                            nccl.NCCL_SUM, stream.ptr)
-        return out
-
-
-_BACKENDS = {"mpi": _MpiExchange, "nccl": _NcclExchange}
-_CHOICES = ("auto",) + tuple(_BACKENDS)
+        return out if xp is not numpy else cupy.asnumpy(out)
 
 
 def _to_xp(xp, host_array):
     return host_array if xp is numpy else xp.asarray(host_array)
 
 
-def _resolve_backend(requested, comm, x):
-    """Turn 'auto'/'mpi'/'nccl' into an exchange; the same choice on every rank."""
-    if requested == "mpi":
-        return _MpiExchange(comm)
-    on_gpu = backend.get_device_from_array(x).name.startswith("@cupy")
+def _choose_mpi(comm, x):
+    return _MpiExchange(comm)
+
+
+def _choose_nccl(comm, x):
     reason = _NcclExchange.unavailable_reason()
-    if requested == "nccl":
-        collectives.raise_if_any(
-            comm, None if reason is None else f"communication_backend='nccl' needs {reason}; "
-                                              f"install cupy with NCCL or use 'mpi'/'auto'")
-        return _NcclExchange(comm)
-    # auto: NCCL only if every rank has a GPU input and a usable NCCL.
-    if collectives.all_agree(comm, on_gpu and reason is None, name="mnbn.choose_backend"):
+    collectives.raise_if_any(  # the same error on every rank, none left in a collective
+        comm, None if reason is None else f"communication_backend='nccl' needs {reason}; "
+                                          f"install CuPy with NCCL or use 'mpi' or 'auto'")
+    return _NcclExchange(comm)
+
+
+def _choose_auto(comm, x):
+    """NCCL only if every rank has a CuPy input and a usable NCCL; else MPI."""
+    on_gpu = backend.get_device_from_array(x).name.startswith("@cupy")
+    usable = on_gpu and _NcclExchange.unavailable_reason() is None
+    if collectives.all_agree(comm, usable, name="mnbn.choose_backend"):
         return _NcclExchange(comm)
     return _MpiExchange(comm)
+
+
+# communication_backend -> function(comm, first input) giving the exchange; the
+# choice is made at the first training forward, identically on every rank.
+_BACKENDS = {"auto": _choose_auto, "mpi": _choose_mpi, "nccl": _choose_nccl}
 
 
 # --------------------------------------------------------------------------- functions
@@ -284,8 +290,8 @@ class MultiNodeBatchNormalization(BatchNormalization):
     def __init__(self, size, comm, decay=0.9, eps=2e-05, dtype=numpy.float32,
                  use_gamma=True, use_beta=True, initial_gamma=None, initial_beta=None,
                  communication_backend="auto", *, axis=None):
-        if communication_backend not in _CHOICES:
-            raise ValueError(f"communication_backend must be one of {_CHOICES}, "
+        if communication_backend not in _BACKENDS:
+            raise ValueError(f"communication_backend must be one of {tuple(_BACKENDS)}, "
                              f"got {communication_backend!r}")
         super().__init__(size, decay=decay, eps=eps, dtype=dtype, use_gamma=use_gamma,
                          use_beta=use_beta, initial_gamma=initial_gamma,
@@ -302,7 +308,6 @@ class MultiNodeBatchNormalization(BatchNormalization):
         cls = type(self)
         new = cls.__new__(cls)
         memo[id(self)] = new
-        import copy
         for k, v in self.__dict__.items():
             new.__dict__[k] = copy.deepcopy(v, memo)
         return new
@@ -319,7 +324,7 @@ class MultiNodeBatchNormalization(BatchNormalization):
         if self.avg_mean is None:
             self._initialize_params(tuple(d for i, d in enumerate(x_arr.shape) if i not in self.axis))
         if self._exchange is None:
-            self._exchange = _resolve_backend(self.communication_backend, self.comm, x_arr)
+            self._exchange = _BACKENDS[self.communication_backend](self.comm, x_arr)
 
         gamma = self.gamma if self.gamma is not None else self._get_gamma()[0]
         beta = self.beta if self.beta is not None else self._get_beta()[0]

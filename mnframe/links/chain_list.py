@@ -12,12 +12,13 @@ The wiring is validated when a link is added (ranks outside the communicator,
 this rank itself, a second output component) and is readable with
 :meth:`MultiNodeChainList.wiring` for static rank-graph checks.
 """
+import numbers
 import typing
 
 import chainer
 
 from mnframe.functions.point_to_point import recv, send
-from mnframe.functions.pseudo_connect import pseudo_connect
+from mnframe.functions.connect import pseudo_connect
 
 
 class ComponentWiring(typing.NamedTuple):
@@ -28,12 +29,39 @@ class ComponentWiring(typing.NamedTuple):
     rank_out: typing.Optional[tuple]
 
 
+def _is_rank(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def _as_variables(y):
     return tuple(y) if isinstance(y, (tuple, list)) else (y,)
 
 
+def _connect_inputs(delegate, inputs):
+    """The model inputs, with the array ones pseudo-connected to ``delegate`` so
+    backward from this component continues to the previous communication.
+    Returns (inputs, delegate still to connect or None)."""
+    arrays = [i for i, v in enumerate(inputs)
+              if isinstance(v, (chainer.Variable,) + chainer.get_array_types())]
+    if not arrays:
+        return inputs, delegate
+    connected = pseudo_connect(delegate, *[inputs[i] for i in arrays])
+    args = list(inputs)
+    for i, v in zip(arrays, connected):
+        args[i] = v
+    return tuple(args), None
+
+
 class MultiNodeChainList(chainer.ChainList):
     """Combines the non-connected graph components of a model-parallel model.
+
+    Calling it runs the components in the order added and returns the model
+    outputs (those of the ``rank_out=None`` component, connected to the last
+    communication), or, on a rank without outputs, the last send's delegate
+    variable. Run backward from what it returns (the updater does): backward
+    visits the components in reverse order. A component receiving from one
+    rank gets that rank's variable (or tuple, as sent); from several ranks, one
+    argument per rank. ``rank_in=None`` components get the model's inputs.
 
     Args:
         comm: mnframe communicator (any, including one made by ``comm.split``).
@@ -73,15 +101,16 @@ class MultiNodeChainList(chainer.ChainList):
     def _normalize(self, ranks, arg, name):
         if ranks is None:
             return None
-        seq = [ranks] if isinstance(ranks, int) and not isinstance(ranks, bool) else ranks
+        seq = [ranks] if _is_rank(ranks) else ranks
         try:
             seq = list(seq)
         except TypeError:
             seq = None
-        if not seq or any(isinstance(r, bool) or not isinstance(r, int) for r in seq):
+        if not seq or not all(_is_rank(r) for r in seq):
             raise ValueError(
                 f"MultiNodeChainList component {name}: {arg}={ranks!r} must be an int, a "
                 "non-empty list of ints, or None.")
+        seq = [int(r) for r in seq]
         comm = self._comm
         outside = [r for r in seq if not 0 <= r < comm.size]
         if outside:
@@ -110,9 +139,8 @@ class MultiNodeChainList(chainer.ChainList):
         for link, wiring in zip(self._children, self._wiring):
             if wiring.rank_in is None:
                 args = inputs
-                if delegate is not None and inputs:
-                    args = pseudo_connect(delegate, *inputs)
-                    delegate = None
+                if delegate is not None:
+                    args, delegate = _connect_inputs(delegate, inputs)
                 y = link(*args)
             else:
                 received = []
@@ -132,7 +160,8 @@ class MultiNodeChainList(chainer.ChainList):
                     ys = _as_variables(y)
                     if delegate is not None:
                         ys = pseudo_connect(delegate, *ys)
-                    delegate = send(ys if len(ys) > 1 else ys[0], comm, rank)
+                    # a tuple stays a tuple on the receiving side, even of one variable
+                    delegate = send(ys if isinstance(y, (tuple, list)) else ys[0], comm, rank)
         return self._result(output, delegate)
 
     @staticmethod

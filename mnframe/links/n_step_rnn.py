@@ -13,7 +13,7 @@ from chainer.links.rnn.n_step_rnn import NStepRNNBase
 
 from mnframe.functions import _transport
 from mnframe.functions.point_to_point import recv, send
-from mnframe.functions.pseudo_connect import pseudo_connect
+from mnframe.functions.connect import pseudo_connect
 
 
 class MultiNodeNStepRNN(chainer.Chain):

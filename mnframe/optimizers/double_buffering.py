@@ -11,7 +11,9 @@ ChainerMN does this with a CUDA stream and NCCL only; here the gradients are
 packed into one flat buffer per dtype and averaged with non-blocking
 ``MPI.Iallreduce`` on the communicator's ``mpi_comm``, so it also works on CPU.
 Two buffer sets alternate: one is in flight while the next step packs into the
-other.
+other. How much of the averaging really overlaps the next forward/backward
+depends on the MPI library's asynchronous progress (MPICH without a progress
+thread advances it mostly inside the wait); the schedule above holds either way.
 """
 import chainer
 import numpy as np

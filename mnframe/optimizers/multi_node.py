@@ -47,8 +47,25 @@ class _MultiNodeOptimizer:
     def __setattr__(self, name, value):
         if name in _OWN:
             self.__dict__[name] = value
+        elif isinstance(getattr(type(self), name, None), property):
+            object.__setattr__(self, name, value)
         else:
             setattr(self.actual_optimizer, name, value)
+
+    @property
+    def needs_broadcast(self):
+        """True while the parameters have not been synchronised in their current layout.
+
+        The multi-node checkpointer sets it to False after every rank resumed
+        from its own snapshot of the same iteration: the ranks already agree.
+        """
+        target = self.actual_optimizer.target
+        return target is None or _layout(target) != self._synced_layout
+
+    @needs_broadcast.setter
+    def needs_broadcast(self, value):
+        target = self.actual_optimizer.target
+        self._synced_layout = None if value or target is None else _layout(target)
 
     def __repr__(self):
         return f"MultiNodeOptimizer({self.actual_optimizer!r})"
@@ -112,5 +129,12 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
         zero_fill: unused initialised parameters contribute zero gradients
             (otherwise they are skipped by the communicator).
     """
+    if not (hasattr(actual_optimizer, "update") and hasattr(actual_optimizer, "setup")):
+        raise TypeError(f"create_multi_node_optimizer: actual_optimizer must be a chainer.Optimizer "
+                        f"(e.g. chainer.optimizers.Adam()), got {type(actual_optimizer).__name__}")
+    missing = [m for m in ("bcast_data", "multi_node_mean_grad", "mpi_comm") if not hasattr(communicator, m)]
+    if missing:
+        raise TypeError(f"create_multi_node_optimizer: communicator lacks {missing}; pass the result of "
+                        f"mnframe.create_communicator(...)")
     averager = StaleGradientAverager(communicator) if double_buffering else None
     return _MultiNodeOptimizer(actual_optimizer, communicator, zero_fill, averager)

@@ -36,10 +36,14 @@ def is_point_to_point(name):
 _state = {"matcher": None}
 
 
+_SKIP_FILES = ("contextlib.py", "threading.py")
+
+
 def _caller():
+    """file:line of the innermost frame outside mnframe (and contextlib): the user's call."""
     pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for frame in reversed(traceback.extract_stack()):
-        if not frame.filename.startswith(pkg):
+        if not frame.filename.startswith(pkg) and not frame.filename.endswith(_SKIP_FILES):
             return f"{frame.filename}:{frame.lineno}"
     return "?"
 

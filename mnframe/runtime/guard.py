@@ -64,6 +64,7 @@ def abort(status, message=None):
         os._exit(status)
     if message:
         _write(message if message.endswith("\n") else message + "\n")
+    _flush_all()  # os._exit and MPI_Abort skip Python's buffered output
     mpi = _mpi()
     if mpi is not None and mpi.COMM_WORLD.Get_size() > 1:
         try:
@@ -102,6 +103,7 @@ def config_error_exit(exc):
     mpi = _mpi()
     if mpi is None or mpi.COMM_WORLD.Get_size() == 1:
         _write(f"mnframe: configuration error: {exc}\n")
+        _flush_all()
         os._exit(int(ExitStatus.CONFIG))
     world = mpi.COMM_WORLD
     req = world.Ibarrier()

@@ -25,7 +25,8 @@ code, so we detect the consequence (a peer waiting for a rank that is gone).
 
 All of this needs the main thread to release the GIL while it blocks in MPI,
 which mpi4py does for its blocking calls, and MPI_THREAD_MULTIPLE (mpi4py's
-default request; MPICH provides it).
+default request; MPICH provides it). At a lower thread level the deadline still
+holds, but each rank reports only its own record and exits are not announced.
 """
 import atexit
 import json
@@ -99,7 +100,7 @@ def _user_location():
     pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     while frame is not None:
         fname = frame.f_code.co_filename
-        if not fname.startswith(pkg) and "threading.py" not in fname:
+        if not fname.startswith(pkg) and not fname.endswith(("threading.py", "contextlib.py")):
             return f"{fname}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back
     return None
@@ -131,7 +132,12 @@ class Watchdog:
     """The per-rank deadline thread and its side channel (a Dup of the communicator)."""
 
     def __init__(self, mpi_comm):
-        self.comm = mpi_comm.Dup()  # collective: every rank of mpi_comm creates its watchdog together
+        from mpi4py import MPI
+        # The side channel needs MPI_THREAD_MULTIPLE (mpi4py's default request). Without it
+        # the thread still enforces deadlines, but reports only this rank's own record.
+        self.side_channel = MPI.Query_thread() == MPI.THREAD_MULTIPLE
+        # Dup is collective: every rank of mpi_comm creates its watchdog together.
+        self.comm = mpi_comm.Dup() if self.side_channel else mpi_comm
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.summaries = {}
@@ -178,12 +184,16 @@ class Watchdog:
 
     # -- side channel ---------------------------------------------------------
     def _send_all(self, obj, tag):
+        if not self.side_channel:
+            return
         for r in range(self.size):
             if r != self.rank:
                 self._pending.append(self.comm.isend(obj, dest=r, tag=tag))
         self._pending = [q for q in self._pending if not q.Test()]
 
     def _drain(self):
+        if not self.side_channel:
+            return
         from mpi4py import MPI
         status = MPI.Status()
         while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status):
@@ -217,7 +227,7 @@ class Watchdog:
     def _on_timeout(self, cur, deadline):
         mine = self._respond(timed_out=True)
         end = time.monotonic() + COLLECT_S
-        while len(self.summaries) < self.size - 1 and time.monotonic() < end:
+        while self.side_channel and len(self.summaries) < self.size - 1 and time.monotonic() < end:
             time.sleep(0.05)
             self._drain()
         summaries = dict(self.summaries)
@@ -260,8 +270,12 @@ class Watchdog:
 def write_record(summary, rank):
     """Write this rank's timeout record (history, op in flight, main-thread stack) as JSON."""
     record = dict(summary)
+    stack = _main_thread_stack()
+    current = oplog.get_log().current
+    if current is not None and current.stack is None:
+        current.stack = stack  # else snapshot() would record this (watchdog) thread's stack
     record["operations"] = oplog.get_log().snapshot()
-    record["main_thread_stack"] = _main_thread_stack()
+    record["main_thread_stack"] = stack
     path = os.path.join(report_dir(), f"{RECORD_PREFIX}{rank}.json")
     try:
         os.makedirs(report_dir(), exist_ok=True)

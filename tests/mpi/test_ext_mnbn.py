@@ -162,3 +162,18 @@ def test_allreduce_persistent_averages_floats_only(comm, mpi_comm):
     np.testing.assert_allclose(bn.avg_var, 2.0 * mean_rank + 1)
     assert bn.avg_mean.dtype == np.float32
     assert bn.N == rank + 10
+
+
+def test_finetune_accumulates_global_population_statistics(comm, mpi_comm):
+    from mnframe.links import MultiNodeBatchNormalization
+    rank, size = mpi_comm.rank, mpi_comm.size
+    ref = L.BatchNormalization(2)
+    mnbn = MultiNodeBatchNormalization(2, comm)
+    sizes = [3 + r for r in range(size)]
+    for step in range(3):
+        xs, _ = _batches(sizes, (2,), np.float32, seed=10 + step)
+        ref(np.concatenate(xs), finetune=True)
+        mnbn(xs[rank], finetune=True)
+    assert mnbn.N == ref.N == 3
+    np.testing.assert_allclose(mnbn.avg_mean, ref.avg_mean, rtol=1e-5)
+    np.testing.assert_allclose(mnbn.avg_var, ref.avg_var, rtol=1e-4)

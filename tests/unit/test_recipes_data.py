@@ -1,5 +1,4 @@
 """Recipe datasets: shapes, dtypes, value ranges, determinism, and clear errors for missing files."""
-import os
 
 import numpy as np
 import pytest

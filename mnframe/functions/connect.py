@@ -4,6 +4,7 @@ The outputs are the actual variables unchanged; backward passes their gradients
 through and gives the delegate a zero gradient, so backward also walks the
 graph behind the delegate (e.g. an earlier ``send``) after this one.
 """
+
 import chainer
 import numpy
 from chainer import backend
@@ -15,15 +16,15 @@ class PseudoConnect(chainer.FunctionNode):
     """Inputs: delegate, *actual. Outputs: *actual (the same arrays)."""
 
     _delegate_meta = None
+    _delegate_xp = numpy
 
     def forward(self, inputs):
         self._delegate_meta = _transport.ArrayMeta.of(inputs[0])
+        self._delegate_xp = backend.get_array_module(inputs[0])
         return tuple(inputs[1:])
 
     def backward(self, target_input_indexes, grad_outputs):
-        live = [g.array for g in grad_outputs if g is not None]
-        xp = backend.get_array_module(*live) if live else numpy
-        zero = chainer.Variable(_transport.zeros(self._delegate_meta, xp))
+        zero = chainer.Variable(_transport.zeros(self._delegate_meta, self._delegate_xp))
         return (zero,) + tuple(grad_outputs)
 
 
@@ -39,3 +40,4 @@ def pseudo_connect(delegate_variable, *actual_variables):
         arrays = [v.array if isinstance(v, chainer.Variable) else v for v in actual_variables]
         delegate_variable = backend.get_array_module(*arrays).empty((0,), numpy.float32)
     return PseudoConnect().apply((delegate_variable,) + tuple(actual_variables))
+

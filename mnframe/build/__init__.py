@@ -1,0 +1,1 @@
+"""One small builder per pipeline step, each taking its typed config section."""

@@ -1,0 +1,46 @@
+"""Step 1: the communicator(s).
+
+``communicator_table()`` is the name table the validator checks against
+(``mnframe.communicators.registry.COMMUNICATORS``). ``build_communicators``
+creates the world communicator and, for a model-parallel topology, splits it
+into the model-parallel group of this rank and the data-parallel group of
+its replicas (dual parallelism)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict
+
+from mnframe.config.schema import CommunicatorConfig, ModelParallelTopology
+
+
+def communicator_table() -> Dict[str, Any]:
+    """Communicator name -> info with ``needs_cuda`` and ``cpu_ok`` (import-light)."""
+    from mnframe.communicators.registry import COMMUNICATORS
+
+    return dict(COMMUNICATORS)
+
+
+@dataclass
+class Communicators:
+    """``world`` (all ranks), ``model`` (this rank's model-parallel group; the
+    world for data parallelism) and ``data`` (ranks that average gradients)."""
+
+    world: Any
+    model: Any
+    data: Any
+
+
+def build_communicators(cfg: CommunicatorConfig, topology) -> Communicators:
+    import mnframe
+
+    world = mnframe.create_communicator(cfg.name, allreduce_grad_dtype=cfg.allreduce_grad_dtype,
+                                        batched_copy=cfg.batched_copy)
+    if not isinstance(topology, ModelParallelTopology):
+        return Communicators(world=world, model=world, data=world)
+    g = topology.group_size
+    if g == world.size:
+        model = world
+    else:
+        model = world.split(world.rank // g, world.rank % g)
+    data = world.split(world.rank % g, world.rank // g)
+    return Communicators(world=world, model=model, data=data)

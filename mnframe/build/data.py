@@ -1,0 +1,143 @@
+"""Step 2: datasets and iterators.
+
+``STRATEGIES`` maps ``dataset.strategy`` to how the data reaches the
+data-parallel ranks. Every strategy returns this rank's (train, test) and may
+wrap the iterators; receive-only model-parallel ranks swap their data for an
+empty dataset of the same length (``create_empty_dataset``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Tuple
+
+import numpy as np
+
+from mnframe.build.instantiate import instantiate
+from mnframe.config.schema import DatasetConfig
+
+
+def _load(cfg: DatasetConfig):
+    return instantiate(cfg.source)
+
+
+class Strategy:
+    """How one strategy loads/shards data and wraps iterators."""
+
+    # which communicator the strategy spans: "data" (the replicas that average
+    # gradients) or "model" (the ranks of one model-parallel group, which must
+    # see the same batches; the world for data parallelism)
+    span = "data"
+
+    def datasets(self, cfg: DatasetConfig, comm, seed: int) -> Tuple[Any, Any]:
+        return _load(cfg)
+
+    def wrap_iterator(self, iterator, comm, train: bool):
+        return iterator
+
+
+class Scatter(Strategy):
+    """Data-rank 0 loads; ``scatter_dataset`` sends each rank its shard (ChainerMN's way)."""
+
+    def datasets(self, cfg, comm, seed):
+        import mnframe
+
+        train, test = _load(cfg) if comm.rank == 0 else (None, None)
+        train = mnframe.scatter_dataset(train, comm, shuffle=cfg.shuffle, seed=seed)
+        test = mnframe.scatter_dataset(test, comm, shuffle=False)
+        return train, test
+
+
+class Shard(Strategy):
+    """Every rank loads and keeps its ``scatter_index`` slice (no data traffic)."""
+
+    def datasets(self, cfg, comm, seed):
+        import chainer
+        import mnframe
+
+        train, test = _load(cfg)
+
+        def shard(ds, shuffle):
+            begin, end = mnframe.scatter_index(len(ds), comm)
+            order = np.random.RandomState(seed).permutation(len(ds)) if shuffle else None
+            return chainer.datasets.SubDataset(ds, begin, end, order)
+
+        return shard(train, cfg.shuffle), shard(test, False)
+
+
+class MultiNodeIterator(Strategy):
+    """Rank 0 of the group iterates; its batches are broadcast (the same batch everywhere)."""
+
+    span = "model"
+
+    def wrap_iterator(self, iterator, comm, train):
+        import mnframe
+
+        return mnframe.iterators.create_multi_node_iterator(iterator, comm) if train else iterator
+
+
+class Synchronized(Strategy):
+    """Every rank of the group iterates the full set in the same shuffled order."""
+
+    span = "model"
+
+    def wrap_iterator(self, iterator, comm, train):
+        import mnframe
+
+        return mnframe.iterators.create_synchronized_iterator(iterator, comm) if train else iterator
+
+
+class Replicate(Strategy):
+    """Every rank iterates the full set independently (no communication)."""
+
+
+STRATEGIES: Dict[str, Strategy] = {
+    "scatter": Scatter(),
+    "shard": Shard(),
+    "multi_node_iterator": MultiNodeIterator(),
+    "synchronized": Synchronized(),
+    "replicate": Replicate(),
+}
+
+
+@dataclass
+class Data:
+    train: Any
+    test: Any
+    train_iter: Any
+    test_iter: Any
+
+
+def _iterator(cfg: DatasetConfig, dataset, batch_size: int, train: bool):
+    import chainer
+
+    if cfg.loader == "multiprocess":
+        return chainer.iterators.MultiprocessIterator(
+            dataset, batch_size, repeat=train, shuffle=train and cfg.shuffle,
+            n_processes=cfg.n_processes)
+    return chainer.iterators.SerialIterator(dataset, batch_size, repeat=train,
+                                            shuffle=train and cfg.shuffle)
+
+
+def per_rank_batch_size(cfg: DatasetConfig, data_width: int) -> int:
+    if cfg.global_batch_size is not None:
+        return cfg.global_batch_size // data_width
+    return cfg.batch_size
+
+
+def build_data(cfg: DatasetConfig, comms, seed: int, empty: bool = False) -> Data:
+    """This rank's datasets and iterators; ``empty``: a receive-only rank's empty dataset.
+
+    ``comms`` has ``.data`` and ``.model`` communicators (build.communicator)."""
+    import mnframe
+
+    strategy = STRATEGIES[cfg.strategy]
+    data_comm = comms.data
+    comm = comms.model if strategy.span == "model" else data_comm
+    train, test = strategy.datasets(cfg, comm, seed)
+    if empty:
+        train = mnframe.create_empty_dataset(train)
+        test = mnframe.create_empty_dataset(test)
+    batch = per_rank_batch_size(cfg, data_comm.size)
+    train_iter = strategy.wrap_iterator(_iterator(cfg, train, batch, True), comm, True)
+    test_iter = _iterator(cfg, test, cfg.test_batch_size or batch, False)
+    return Data(train, test, train_iter, test_iter)

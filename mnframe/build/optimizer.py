@@ -1,0 +1,115 @@
+"""Step 4: the multi-node optimizer, its hooks and learning-rate schedule.
+
+``OPTIMIZERS`` maps ``optimizer.name`` to the Chainer class (``_target_``
+overrides it); ``HOOKS`` maps config fields to optimizer hooks;
+``SCHEDULES`` maps ``lr_schedule.kind`` to a trainer-extension factory.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Dict
+
+from mnframe.build.instantiate import import_target
+from mnframe.config.schema import ExponentialShift, LinearShift, OptimizerConfig, StepShift
+
+OPTIMIZERS: Dict[str, str] = {
+    "sgd": "chainer.optimizers.SGD",
+    "momentum_sgd": "chainer.optimizers.MomentumSGD",
+    "corrected_momentum_sgd": "chainer.optimizers.CorrectedMomentumSGD",
+    "nesterov_ag": "chainer.optimizers.NesterovAG",
+    "adam": "chainer.optimizers.Adam",
+    "adagrad": "chainer.optimizers.AdaGrad",
+    "adadelta": "chainer.optimizers.AdaDelta",
+    "rmsprop": "chainer.optimizers.RMSprop",
+    "rmsprop_graves": "chainer.optimizers.RMSpropGraves",
+    "smorms3": "chainer.optimizers.SMORMS3",
+    "msvag": "chainer.optimizers.MSVAG",
+}
+
+def _weight_decay(rate: float):
+    from chainer.optimizer_hooks import WeightDecay
+
+    return WeightDecay(rate)
+
+
+def _gradient_clipping(threshold: float):
+    from chainer.optimizer_hooks import GradientClipping
+
+    return GradientClipping(threshold)
+
+
+# Names users type for an optimizer whose constructor calls it otherwise
+# (``optimizer.lr=0.01`` with Adam sets ``alpha``); a null alias is ignored.
+HPARAM_ALIASES: Dict[str, Dict[str, str]] = {
+    "adam": {"lr": "alpha"},
+}
+
+
+def optimizer_kwargs(cfg: OptimizerConfig) -> Dict[str, Any]:
+    """The constructor arguments: hyper-parameters with aliases resolved."""
+    kwargs = dict(cfg.hparams)
+    aliases = {} if cfg.target else HPARAM_ALIASES.get(cfg.name or "", {})
+    for alias, real in aliases.items():
+        value = kwargs.pop(alias, None)
+        if value is not None:
+            kwargs[real] = value
+    return kwargs
+
+
+# config field -> hook factory (called with the field's value when it is set)
+HOOKS: Dict[str, Callable[[float], Any]] = {
+    "weight_decay": _weight_decay,
+    "gradient_clipping": _gradient_clipping,
+}
+
+
+def _exponential(s: ExponentialShift, optimizer):
+    from chainer.training import extensions
+
+    return extensions.ExponentialShift(s.attr, s.rate, init=s.init, target=s.target,
+                                       optimizer=optimizer), (s.interval, s.unit)
+
+
+def _linear(s: LinearShift, optimizer):
+    from chainer.training import extensions
+
+    return extensions.LinearShift(s.attr, tuple(s.value_range), tuple(s.time_range),
+                                  optimizer=optimizer), (s.interval, s.unit)
+
+
+def _step(s: StepShift, optimizer):
+    from chainer.training import extensions, triggers
+
+    ext = extensions.ExponentialShift(s.attr, s.rate, optimizer=optimizer)
+    return ext, triggers.ManualScheduleTrigger(list(s.steps), s.unit)
+
+
+SCHEDULES: Dict[str, Callable] = {
+    "exponential_shift": _exponential,
+    "linear_shift": _linear,
+    "step": _step,
+}
+
+
+def build_optimizer(cfg: OptimizerConfig, model, comm):
+    """``create_multi_node_optimizer(actual, comm, ...)`` set up on ``model``, hooks added."""
+    import mnframe
+
+    actual = import_target(cfg.target or OPTIMIZERS[cfg.name])(**optimizer_kwargs(cfg))
+    options = {"double_buffering": cfg.double_buffering}
+    if "zero_fill" in inspect.signature(mnframe.create_multi_node_optimizer).parameters:
+        options["zero_fill"] = cfg.zero_fill
+    optimizer = mnframe.create_multi_node_optimizer(actual, comm, **options)
+    optimizer.setup(model)
+    for field, make_hook in HOOKS.items():
+        value = getattr(cfg, field)
+        if value is not None:
+            optimizer.add_hook(make_hook(value))
+    return optimizer
+
+
+def schedule_extension(cfg: OptimizerConfig, optimizer):
+    """(extension, trigger) of the lr schedule, or None."""
+    if cfg.lr_schedule is None:
+        return None
+    return SCHEDULES[cfg.lr_schedule.kind](cfg.lr_schedule, optimizer)

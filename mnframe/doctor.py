@@ -1,0 +1,204 @@
+"""``python -m mnframe doctor``: the spec's step-by-step MPI/CUDA troubleshooting, automated.
+
+Run it the way you run training (``mpiexec -n 2 python -m mnframe doctor``,
+``srun ... python -m mnframe doctor``, or plainly). Each step prints PASS,
+FAIL (with the fix), INFO or SKIP; rank 0 prints, the exit status is 1 when
+any step failed. Steps, in the order of the spec's checklist:
+
+1. the MPI library mpi4py is linked to, and the ``mpiexec`` on PATH;
+2. the launcher says N ranks but MPI sees 1 ("every rank prints 0"):
+   mpi4py built against another MPI than the launcher's;
+3. ranks and hosts;
+4. CuPy, CUDA and NCCL presence and versions;
+5. whether MPI is CUDA-aware (Open MPI reports it; others: a hint);
+6. a short allreduce bandwidth check.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence
+
+# launcher environment variables -> what they say about the world size
+LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS",
+                      "SLURM_NTASKS", "MV2_COMM_WORLD_SIZE")
+
+
+@dataclass
+class Result:
+    status: str          # PASS | FAIL | INFO | SKIP
+    step: str
+    detail: str
+    fix: Optional[str] = None
+
+    def render(self) -> str:
+        text = f"[{self.status}] {self.step}: {self.detail}"
+        if self.fix:
+            text += f"\n       fix: {self.fix}"
+        return text
+
+
+def _run(cmd: Sequence[str], timeout: float = 10) -> str:
+    try:
+        out = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+        return (out.stdout + out.stderr).strip()
+    except Exception as exc:  # missing binary, timeout
+        return f"<{type(exc).__name__}: {exc}>"
+
+
+def _vendor_of(text: str) -> str:
+    low = text.lower()
+    for name, key in (("Open MPI", "open mpi"), ("Intel MPI", "intel"), ("MVAPICH", "mvapich"),
+                      ("MPICH", "mpich"), ("MPICH", "hydra")):
+        if key in low:
+            return name
+    return "unknown"
+
+
+def check_mpi_library(mpi) -> List[Result]:
+    lib = mpi.Get_library_version().strip().splitlines()[0]
+    out = [Result("INFO", "mpi4py", f"mpi4py {__import__('mpi4py').__version__}, "
+                  f"MPI {'.'.join(map(str, mpi.Get_version()))}: {lib}")]
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    launcher = beside if os.path.exists(beside) else shutil.which("mpiexec")
+    if launcher is None:
+        out.append(Result("INFO", "mpiexec", "no mpiexec on PATH (fine under srun or one process)"))
+        return out
+    version = _run([launcher, "--version"])
+    lib_vendor, exec_vendor = _vendor_of(lib), _vendor_of(version)
+    detail = f"{launcher} ({exec_vendor}); mpi4py uses {lib_vendor}"
+    if "unknown" in (lib_vendor, exec_vendor) or lib_vendor == exec_vendor:
+        out.append(Result("PASS", "mpiexec matches mpi4py's MPI", detail))
+    else:
+        out.append(Result("FAIL", "mpiexec matches mpi4py's MPI", detail,
+                          fix="use the mpiexec of the MPI mpi4py was built with, or rebuild "
+                              "mpi4py: `MPICC=$(which mpicc) pip install --no-binary=mpi4py "
+                              "--force-reinstall mpi4py`"))
+    return out
+
+
+def check_world(mpi) -> List[Result]:
+    size = mpi.COMM_WORLD.Get_size()
+    claimed = {v: os.environ[v] for v in LAUNCHER_SIZE_VARS if v in os.environ}
+    sizes = {int(x) for x in claimed.values() if x.isdigit()}
+    biggest = max(sizes, default=size)
+    if size == 1 and biggest > 1:
+        return [Result("FAIL", "world size", f"the launcher started {biggest} processes "
+                       f"({', '.join(f'{k}={v}' for k, v in claimed.items())}) but MPI sees 1: "
+                       "every rank thinks it is rank 0 of 1 (the classic 'every rank prints 0')",
+                       fix="mpi4py is linked to a different MPI than this launcher; run it "
+                           "with that MPI's mpiexec, or rebuild mpi4py against the launcher's "
+                           "MPI (see the mpiexec step)")]
+    if not claimed and size == 1:
+        return [Result("INFO", "world size", "1 process, no launcher: run it under "
+                       "`mpiexec -n 2 python -m mnframe doctor` to check communication")]
+    return [Result("PASS", "world size", f"{size} rank(s)")]
+
+
+def check_hosts(mpi) -> List[Result]:
+    comm = mpi.COMM_WORLD
+    hosts = comm.allgather(socket.gethostname())
+    per_host = {}
+    for rank, host in enumerate(hosts):
+        per_host.setdefault(host, []).append(rank)
+    text = "; ".join(f"{h}: ranks {r}" for h, r in per_host.items())
+    return [Result("INFO", "ranks and hosts", f"{len(per_host)} host(s): {text}")]
+
+
+def check_cuda() -> List[Result]:
+    try:
+        import cupy
+    except ImportError:
+        return [Result("SKIP", "CuPy", "not installed (only the CPU communicators can be used)",
+                       fix="for GPUs: pip install cupy-cuda12x")]
+    out = []
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+        rt = cupy.cuda.runtime.runtimeGetVersion()
+        out.append(Result("PASS" if count else "FAIL", "CUDA",
+                          f"CuPy {cupy.__version__}, CUDA runtime {rt}, {count} device(s)",
+                          fix=None if count else "no GPU visible: check CUDA_VISIBLE_DEVICES "
+                                                 "and the driver (nvidia-smi)"))
+    except Exception as exc:
+        return [Result("FAIL", "CUDA", f"CuPy cannot use CUDA: {exc}",
+                       fix="install the CuPy wheel matching your CUDA driver")]
+    try:
+        from cupy.cuda import nccl
+
+        out.append(Result("PASS", "NCCL", f"version {nccl.get_version()}"))
+    except Exception as exc:
+        out.append(Result("FAIL", "NCCL", f"not available through CuPy ({exc})",
+                          fix="pip install nvidia-nccl-cu12 (pure_nccl needs NCCL >= 2)"))
+    return out
+
+
+def check_cuda_aware_mpi(mpi) -> List[Result]:
+    lib = mpi.Get_library_version()
+    if "Open MPI" in lib and shutil.which("ompi_info"):
+        info = _run(["ompi_info", "--parsable", "--all"])
+        aware = "mpi_built_with_cuda_support:value:true" in info
+        return [Result("INFO", "CUDA-aware MPI", "yes" if aware else "no (GPU data is staged "
+                       "through the host: use pure_nccl, or non_cuda_aware)")]
+    return [Result("INFO", "CUDA-aware MPI", "cannot tell for this MPI; mnframe's GPU "
+                   "communicators use NCCL, or stage through host memory (non_cuda_aware)")]
+
+
+def check_bandwidth(mpi, nbytes: int = 8 << 20, repeat: int = 5) -> List[Result]:
+    import numpy as np
+
+    from mnframe.runtime import oplog
+
+    comm = mpi.COMM_WORLD
+    if comm.Get_size() == 1:
+        return [Result("SKIP", "allreduce bandwidth", "one rank")]
+    buf = np.ones(nbytes // 4, dtype=np.float32)
+    out = np.empty_like(buf)
+    with oplog.op("allreduce", array=buf):
+        comm.Allreduce(buf, out)  # warm-up
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(repeat):
+        with oplog.op("allreduce", array=buf):
+            comm.Allreduce(buf, out)
+    seconds = (time.perf_counter() - start) / repeat
+    ok = bool(np.all(out == comm.Get_size()))
+    gbps = nbytes / seconds / 1e9
+    return [Result("PASS" if ok else "FAIL", "allreduce bandwidth",
+                   f"{nbytes >> 20} MiB float32 in {seconds * 1e3:.1f} ms ({gbps:.2f} GB/s "
+                   f"algorithm bandwidth); result {'correct' if ok else 'WRONG'}",
+                   fix=None if ok else "MPI returned wrong sums: check the interconnect "
+                                       "settings of your MPI")]
+
+
+STEPS: List[Callable] = [check_mpi_library, check_world, check_hosts,
+                         lambda mpi: check_cuda(), check_cuda_aware_mpi, check_bandwidth]
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    """Run every step; rank 0 prints; 1 if any step failed (on any rank)."""
+    try:
+        from mpi4py import MPI
+    except Exception as exc:
+        print(Result("FAIL", "mpi4py", f"cannot import mpi4py ({exc})",
+                     fix="pip install mpi4py (with an MPI installed: MPICH or Open MPI)").render())
+        return 1
+    results: List[Result] = []
+    for step in STEPS:
+        try:
+            results += step(MPI)
+        except Exception as exc:  # a broken step is a failed step, not a crash
+            results.append(Result("FAIL", getattr(step, "__name__", "step"), repr(exc)))
+    failed = any(r.status == "FAIL" for r in results)
+    any_failed = MPI.COMM_WORLD.allreduce(int(failed), op=MPI.MAX)
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        print("mnframe doctor")
+        for r in results:
+            print(r.render())
+        print("all checks passed" if not any_failed else "some checks failed (see fix:)")
+    sys.stdout.flush()
+    return 1 if any_failed else 0

@@ -1,0 +1,170 @@
+"""create_multi_node_iterator: every rank iterates the master rank's batches.
+
+For model parallelism (an encoder on one rank, a decoder on another) all ranks
+need the same batch. The master runs the real iterator and broadcasts each
+batch together with the iterator's state; the followers return that batch and
+mirror the state, so ``epoch``, ``is_new_epoch``, ``epoch_detail``,
+``previous_epoch_detail`` and ``current_position`` agree on every rank.
+
+Batches travel as pickled objects, so every example keeps its type, dtype and
+shape (ChainerMN casts everything to float32 and accepts only arrays or pairs).
+An error in the master's iterator is broadcast and raised on every rank.
+
+``serialize`` does no communication (so a rank-0-only snapshot cannot
+deadlock): the master serializes the real iterator, a follower writes and reads
+the same keys from its mirrored state.
+"""
+import chainer
+from chainer.dataset import iterator as iterator_module
+
+from mnframe.iterators import start_method
+from mnframe.runtime import oplog
+
+_STOP, _BATCH, _ERROR = "stop", "batch", "error"
+
+
+def _state_of(it):
+    return {
+        "epoch": it.epoch,
+        "is_new_epoch": it.is_new_epoch,
+        "epoch_detail": it.epoch_detail,
+        "previous_epoch_detail": getattr(it, "previous_epoch_detail", None),
+        "current_position": getattr(it, "current_position", 0),
+    }
+
+
+class _MasterIterator(iterator_module.Iterator):
+    """The master side: the real iterator plus a broadcast of every batch."""
+
+    def __init__(self, actual_iterator, communicator, rank_master):
+        d = self.__dict__
+        d["actual_iterator"] = actual_iterator
+        d["communicator"] = communicator
+        d["rank_master"] = rank_master
+        info = {"dataset_size": len(actual_iterator.dataset) if hasattr(actual_iterator, "dataset") else None,
+                "batch_size": getattr(actual_iterator, "batch_size", None),
+                "state": _state_of(actual_iterator)}
+        with oplog.op("multi_node_iterator.init", peer=rank_master):
+            communicator.mpi_comm.bcast(info, root=rank_master)
+
+    def __next__(self):
+        try:
+            batch = self.actual_iterator.__next__()
+            message = (_BATCH, batch, _state_of(self.actual_iterator))
+        except StopIteration:
+            message = (_STOP, None, _state_of(self.actual_iterator))
+            batch = None
+        except Exception as e:  # the followers are waiting for this batch: tell them
+            self._bcast((_ERROR, f"{type(e).__name__}: {e}", None))
+            raise
+        self._bcast(message)
+        if message[0] == _STOP:
+            raise StopIteration
+        return batch
+
+    next = __next__
+
+    def _bcast(self, message):
+        with oplog.op("multi_node_iterator.batch", peer=self.rank_master):
+            self.communicator.mpi_comm.bcast(message, root=self.rank_master)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["actual_iterator"], name)
+
+    def __setattr__(self, name, value):
+        setattr(self.actual_iterator, name, value)
+
+    # properties of Iterator itself must be forwarded explicitly
+    @property
+    def epoch_detail(self):
+        return self.actual_iterator.epoch_detail
+
+    @property
+    def previous_epoch_detail(self):
+        return self.actual_iterator.previous_epoch_detail
+
+    def reset(self):
+        self.actual_iterator.reset()
+
+    def finalize(self):
+        self.actual_iterator.finalize()
+
+    def serialize(self, serializer):
+        self.actual_iterator.serialize(serializer)
+
+
+class _FollowerIterator(iterator_module.Iterator):
+    """A non-master rank: returns the master's batches and mirrors its state."""
+
+    def __init__(self, communicator, rank_master):
+        self.communicator = communicator
+        self.rank_master = rank_master
+        with oplog.op("multi_node_iterator.init", peer=rank_master):
+            info = communicator.mpi_comm.bcast(None, root=rank_master)
+        self.dataset_size = info["dataset_size"]
+        self.batch_size = info["batch_size"]
+        self._set_state(info["state"])
+
+    def _set_state(self, state):
+        self.epoch = state["epoch"]
+        self.is_new_epoch = state["is_new_epoch"]
+        self._epoch_detail = state["epoch_detail"]
+        self._previous_epoch_detail = state["previous_epoch_detail"]
+        self.current_position = state["current_position"]
+
+    def __next__(self):
+        with oplog.op("multi_node_iterator.batch", peer=self.rank_master):
+            kind, payload, state = self.communicator.mpi_comm.bcast(None, root=self.rank_master)
+        if kind == _ERROR:
+            raise RuntimeError(f"multi-node iterator: the master rank {self.rank_master}'s iterator "
+                               f"failed: {payload}")
+        self._set_state(state)
+        if kind == _STOP:
+            raise StopIteration
+        return payload
+
+    next = __next__
+
+    @property
+    def epoch_detail(self):
+        return self._epoch_detail
+
+    @property
+    def previous_epoch_detail(self):
+        return self._previous_epoch_detail
+
+    def reset(self):
+        """The master resets the data; here only the mirrored state restarts."""
+        self._set_state({"epoch": 0, "is_new_epoch": False, "epoch_detail": 0.0,
+                         "previous_epoch_detail": None, "current_position": 0})
+
+    def serialize(self, serializer):
+        # the same keys as chainer's SerialIterator, so either rank's file can be loaded here
+        self.current_position = serializer("current_position", self.current_position)
+        self.epoch = serializer("epoch", self.epoch)
+        self.is_new_epoch = serializer("is_new_epoch", self.is_new_epoch)
+        previous = self._previous_epoch_detail
+        try:
+            previous = serializer("previous_epoch_detail", -1.0 if previous is None else previous)
+        except KeyError:
+            pass
+        self._previous_epoch_detail = None if previous is None or previous < 0 else float(previous)
+        if self.dataset_size:
+            self._epoch_detail = self.epoch + self.current_position / self.dataset_size
+
+
+def create_multi_node_iterator(actual_iterator, communicator, rank_master=0):
+    """An iterator that yields the ``rank_master``'s batches on every rank.
+
+    Collective: every rank calls it (non-master ranks may pass any iterator or
+    None; it is not used), and every rank must call ``next`` the same number of
+    times.
+    """
+    if not 0 <= rank_master < communicator.size:
+        raise ValueError(f"create_multi_node_iterator: rank_master={rank_master} is not a rank of a "
+                         f"communicator of size {communicator.size}")
+    chainer.utils.experimental("mnframe.iterators.create_multi_node_iterator")
+    if communicator.rank == rank_master:
+        start_method.prepare(actual_iterator)
+        return _MasterIterator(actual_iterator, communicator, rank_master)
+    return _FollowerIterator(communicator, rank_master)

@@ -1,0 +1,112 @@
+"""Every communicator name and method exists with the spec's (003) signature; the factory's errors."""
+import inspect
+
+import pytest
+
+from mnframe.communicators import registry
+
+# method -> its parameters in spec 003 order (name, default or REQUIRED)
+REQUIRED = object()
+SPEC_METHODS = {
+    "split": [("color", REQUIRED), ("key", REQUIRED)],
+    "alltoall": [("xs", REQUIRED)],
+    "send": [("data", REQUIRED), ("dest", REQUIRED), ("tag", REQUIRED)],
+    "recv": [("source", REQUIRED), ("tag", REQUIRED)],
+    "bcast": [("data", REQUIRED), ("max_buf_len", None), ("root", 0)],
+    "gather": [("data", REQUIRED), ("root", 0)],
+    "allgather": [("x", REQUIRED)],
+    "allreduce": [("data", REQUIRED)],
+    "scatter": [("xs", REQUIRED), ("root", 0)],
+    "finalize": [],
+    "send_obj": [("obj", REQUIRED), ("dest", REQUIRED), ("tag", 0)],
+    "recv_obj": [("source", REQUIRED), ("tag", None)],
+    "bcast_obj": [("obj", REQUIRED), ("max_buf_len", None), ("root", 0)],
+    "gather_obj": [("obj", REQUIRED), ("root", 0)],
+    "allreduce_obj": [("obj", REQUIRED)],
+    "bcast_data": [("model", REQUIRED)],
+    "broadcast_data": [("model", REQUIRED)],
+    "multi_node_mean_grad": [("model", REQUIRED), ("zero_fill", False)],
+    "allreduce_grad": [("model", REQUIRED), ("zero_fill", False)],
+    "set_config": [("name", REQUIRED), ("value", True)],
+    "get_config": [("name", None)],
+}
+PROPERTIES = ["rank", "size", "intra_rank", "intra_size", "inter_rank", "inter_size", "mpi_comm"]
+SPEC_NAMES = ["naive", "flat", "hierarchical", "two_dimensional", "single_node", "pure_nccl",
+              "non_cuda_aware", "dummy"]
+
+
+def _classes():
+    from mnframe.communicators.base import CommunicatorBase
+    yield "CommunicatorBase", CommunicatorBase
+    from mnframe.communicators.factory import _resolve
+    for name, info in registry.COMMUNICATORS.items():  # GPU classes import without CuPy too
+        yield name, _resolve(info.class_path)
+
+
+def _check_signature(cls, method, params):
+    fn = getattr(cls, method)
+    sig = inspect.signature(fn)
+    got = [(p.name, REQUIRED if p.default is inspect.Parameter.empty else p.default)
+           for p in list(sig.parameters.values())[1:] if p.kind is not p.VAR_KEYWORD]
+    names = [n for n, _ in got][:len(params)]
+    assert names == [n for n, _ in params], f"{cls.__name__}.{method}{sig}"
+    for (n, want), (_, have) in zip(params, got):
+        if want is not REQUIRED:  # a spec default must be kept; a required one may gain a default
+            assert have == want, f"{cls.__name__}.{method}: default of {n} is {have!r}, spec says {want!r}"
+
+
+@pytest.mark.parametrize("label,cls", list(_classes()), ids=lambda x: x if isinstance(x, str) else "")
+def test_methods_and_properties(label, cls):
+    for method, params in SPEC_METHODS.items():
+        _check_signature(cls, method, params)
+    for prop in PROPERTIES:
+        assert isinstance(inspect.getattr_static(cls, prop), property), f"{label}.{prop}"
+
+
+def test_every_spec_name_is_registered():
+    assert sorted(registry.COMMUNICATORS) == sorted(SPEC_NAMES)
+    for name, info in registry.COMMUNICATORS.items():
+        assert info.cpu_ok == (name not in ("pure_nccl", "non_cuda_aware"))
+        assert isinstance(info.needs_cuda, bool) and isinstance(info.needs_nccl, bool) and info.description
+
+
+def test_create_communicator_signature():
+    from mnframe.communicators.factory import create_communicator
+    sig = inspect.signature(create_communicator)
+    assert [(p.name, p.default) for p in sig.parameters.values()] == [
+        ("communicator_name", None), ("mpi_comm", None), ("allreduce_grad_dtype", None), ("batched_copy", False)]
+    import mnframe
+    assert mnframe.create_communicator is create_communicator
+
+
+def test_registry_is_import_light():
+    import subprocess
+    import sys
+    code = ("import sys, mnframe.communicators.registry as r; r.COMMUNICATORS; "
+            "assert 'mpi4py' not in sys.modules and 'cupy' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_unknown_name_suggests():
+    from mnframe.communicators.factory import create_communicator
+    with pytest.raises(ValueError, match=r"'hierarchicl'.*Did you mean 'hierarchical'.*naive"):
+        create_communicator("hierarchicl")
+
+
+@pytest.mark.skipif(registry.cuda_problem() is None, reason="CUDA is available here")
+@pytest.mark.parametrize("name", ["pure_nccl", "non_cuda_aware"])
+def test_gpu_name_without_cuda(name):
+    from mnframe.communicators.factory import create_communicator
+    with pytest.raises(RuntimeError, match=r"runs on GPUs but .*Names that work on CPU: naive, flat"):
+        create_communicator(name)
+
+
+def test_default_name():
+    expected = "pure_nccl" if registry.cuda_problem(needs_nccl=True) is None else "two_dimensional"
+    assert registry.default_name() == expected
+
+
+def test_bad_grad_dtype():
+    from mnframe.communicators.factory import create_communicator
+    with pytest.raises(ValueError, match="allreduce_grad_dtype"):
+        create_communicator("naive", allreduce_grad_dtype="int32")

@@ -1,0 +1,115 @@
+"""Every shipped config group option and every recipe composes and validates."""
+import pytest
+
+from mnframe.config import compose as C
+from mnframe.config.errors import ConfigError
+from mnframe.config.schema import ModelParallelTopology, RunConfig
+from mnframe.config.validate import validate
+
+RECIPES = sorted(C.find_recipes())
+# group options that need something this machine may lack (a GPU, a data path)
+NEEDS = {
+    ("communicator", "pure_nccl"): "a CUDA GPU",
+    ("communicator", "non_cuda_aware"): "a CUDA GPU",
+    ("dataset", "mnist"): "dataset.source.path",
+    ("dataset", "custom"): "dataset.source._target_",
+}
+
+
+def _world_for(cfg):
+    topo = cfg["topology"]
+    return len(topo["ranks"]) if topo.get("kind") == "model_parallel" else 2
+
+
+def test_mnist_recipes_are_shipped():
+    assert {"mnist", "mnist_model_parallel", "mnist_dual_parallel"} <= set(RECIPES)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_recipe_composes_and_validates(recipe):
+    raw = C.compose([f"recipe={recipe}"])
+    cfg = validate(raw, _world_for(raw), has_cuda=False)
+    assert isinstance(cfg, RunConfig)
+    assert cfg.name == recipe
+
+
+def _options():
+    for group in ("communicator", "optimizer", "dataset", "model", "topology", "updater",
+                  "trainer", "extensions", "checkpoint"):
+        for option in C.list_group_options(group):
+            yield group, option
+
+
+@pytest.mark.parametrize("group,option", list(_options()))
+def test_group_option_composes(group, option):
+    overrides = ["recipe=mnist", f"{group}={option}"]
+    if group == "topology" and option != "data_parallel":
+        overrides.append("model=none")
+    if group == "model" and option == "none":
+        overrides.append("topology=mlp_two_ranks")
+    raw = C.compose(overrides)
+    world = _world_for(raw)
+    need = NEEDS.get((group, option))
+    if need is None:
+        validate(raw, world, has_cuda=False)
+        return
+    with pytest.raises(ConfigError, match="communicator.name|trainer.device|" + need):
+        validate(raw, world, has_cuda=False)  # refused here, saying why
+
+
+def test_every_registered_communicator_has_a_config_file():
+    from mnframe.communicators.registry import COMMUNICATORS
+
+    assert set(COMMUNICATORS) <= set(C.list_group_options("communicator"))
+
+
+def test_gpu_communicator_validates_with_a_gpu():
+    raw = C.compose(["communicator=pure_nccl", "trainer.device=gpu"])
+    cfg = validate(raw, 2, has_cuda=True)
+    assert cfg.communicator.name == "pure_nccl"
+
+
+def test_dual_parallel_needs_a_multiple_of_the_group():
+    raw = C.compose(["recipe=mnist_dual_parallel"])
+    cfg = validate(raw, 4)
+    assert isinstance(cfg.topology, ModelParallelTopology)
+    with pytest.raises(ConfigError, match="topology.ranks"):
+        validate(raw, 3)
+
+
+def test_overrides_reach_the_typed_config():
+    raw = C.compose(["recipe=mnist", "optimizer=momentum_sgd", "optimizer.lr=0.05",
+                     "trainer.stop=[5,iteration]", "extensions.progress_bar.update_interval=3",
+                     "dataset.global_batch_size=64"])
+    cfg = validate(raw, 4)
+    assert cfg.optimizer.hparams["lr"] == 0.05
+    assert tuple(cfg.trainer.stop) == (5, "iteration")
+    from mnframe.config.validate import extensions_of
+
+    assert extensions_of(cfg)["progress_bar"].update_interval == 3
+
+
+def test_user_recipe_directory(tmp_path):
+    (tmp_path / "my_model.yaml").write_text(
+        "# @package _global_\n"
+        "defaults:\n  - override /optimizer: sgd\n"
+        "name: my_model\nmodel:\n  _target_: recipes.mnist.model.MLP\n  n_units: 16\n")
+    raw = C.compose(["recipe=my_model"], [tmp_path])
+    cfg = validate(raw, 1)
+    assert cfg.name == "my_model" and cfg.optimizer.name == "sgd"
+    assert cfg.model.kwargs["n_units"] == 16
+
+
+def test_yaml_round_trip_keeps_the_hash():
+    raw = C.compose([])
+    text = C.to_yaml(raw)
+    assert C.from_yaml(text) == raw
+    assert C.config_hash(C.to_yaml(C.from_yaml(text))) == C.config_hash(text)
+
+
+def test_lr_is_an_alias_of_adams_alpha():
+    from mnframe.build.optimizer import optimizer_kwargs
+
+    cfg = validate(C.compose(["recipe=mnist", "optimizer.lr=0.01"]), 2)
+    assert optimizer_kwargs(cfg.optimizer)["alpha"] == 0.01
+    assert "lr" not in optimizer_kwargs(cfg.optimizer)

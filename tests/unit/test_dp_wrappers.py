@@ -1,0 +1,87 @@
+"""The optimizer wrapper's forwarding and synchronisation logic, with a one-rank fake communicator."""
+import chainer
+import chainer.links as L
+import numpy as np
+
+from mnframe.optimizers import create_multi_node_optimizer
+from mnframe.iterators import start_method
+
+
+class FakeComm:
+    """Records calls; with one rank, broadcast and mean are identities."""
+    rank, size = 0, 1
+    mpi_comm = None
+
+    def __init__(self):
+        self.calls = []
+
+    def bcast_data(self, model):
+        self.calls.append("bcast")
+
+    def multi_node_mean_grad(self, model, zero_fill=False):
+        self.calls.append(("mean", zero_fill))
+
+
+def test_forwarding_and_schedule():
+    comm = FakeComm()
+    model = L.Linear(3, 2)
+    actual = chainer.optimizers.SGD(lr=0.5)
+    opt = create_multi_node_optimizer(actual, comm, zero_fill=False)
+    assert opt.setup(model) is opt and comm.calls == ["bcast"]
+    opt.lr = 0.25
+    assert actual.lr == 0.25 and opt.lr == 0.25
+    assert opt.actual_optimizer is actual and "actual_optimizer" not in vars(actual)
+    x = np.ones((4, 3), np.float32)
+    opt.update(lambda x: chainer.functions.sum(model(x)), x)
+    assert comm.calls == ["bcast", ("mean", False)] and actual.t == 1
+
+
+def test_lazy_link_broadcast_skips_that_step():
+    comm = FakeComm()
+    model = L.Linear(None, 2)
+    opt = create_multi_node_optimizer(chainer.optimizers.SGD(), comm).setup(model)
+    x = np.ones((2, 3), np.float32)
+    loss = lambda x: chainer.functions.sum(model(x))  # noqa: E731
+    opt.update(loss, x)
+    assert comm.calls == ["bcast", "bcast"] and opt.t == 0
+    opt.update(loss, x)
+    assert comm.calls[-1] == ("mean", True) and opt.t == 1
+
+
+def test_start_method_keeps_an_explicit_choice(monkeypatch):
+    import multiprocessing
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "spawn")
+    assert start_method.use_safe_start_method() == "spawn"
+
+
+def test_bad_arguments_say_what_to_pass():
+    import pytest
+    with pytest.raises(TypeError, match="chainer.Optimizer"):
+        create_multi_node_optimizer(object(), FakeComm())
+    with pytest.raises(TypeError, match="create_communicator"):
+        create_multi_node_optimizer(chainer.optimizers.SGD(), object())
+
+
+def test_generic_evaluator_without_communicator():
+    import numpy as np
+    from mnframe.extensions.evaluator import GenericMultiNodeEvaluator
+
+    class Count(GenericMultiNodeEvaluator):
+        def calc_local(self, x):
+            return len(x)
+
+    it = chainer.iterators.SerialIterator([np.zeros(1, np.float32)] * 5, 2, repeat=False, shuffle=False)
+    assert Count(None, it, None)() == [2, 2, 1]
+
+
+def test_needs_broadcast_flag_for_the_checkpointer():
+    comm = FakeComm()
+    model = L.Linear(3, 2)
+    actual = chainer.optimizers.SGD()
+    actual.setup(model)
+    opt = create_multi_node_optimizer(actual, comm)
+    assert opt.needs_broadcast and hasattr(opt, "needs_broadcast")
+    opt.needs_broadcast = False  # what maybe_load does after a complete resume
+    assert not opt.needs_broadcast and "needs_broadcast" not in vars(actual)
+    opt.update(lambda x: chainer.functions.sum(model(x)), np.ones((1, 3), np.float32))
+    assert comm.calls == [("mean", True)] and opt.t == 1

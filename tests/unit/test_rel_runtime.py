@@ -1,0 +1,84 @@
+"""mnframe.runtime without MPI: exit statuses, deadlines, timeout report, debug-mode helpers."""
+import sys
+import threading
+
+import pytest
+
+from mnframe.runtime import debug, guard, watchdog
+from mnframe.runtime.errors import CollectiveTimeout, ConfigError, ExitStatus
+
+
+def test_exit_status_table():
+    assert [int(s) for s in ExitStatus] == [0, 1, 2, 124, 130]
+    assert guard.status_for(ValueError()) == 1
+    assert guard.status_for(ConfigError("x")) == 2
+    assert guard.status_for(CollectiveTimeout("x")) == 124
+    assert guard.status_for(KeyboardInterrupt()) == 130
+    assert guard.status_for(SystemExit(3)) == 3
+    assert guard.status_for(SystemExit()) == 0
+    assert guard.status_for(SystemExit("message")) == 1
+
+
+def test_run_main_success_and_clean_exit(monkeypatch):
+    # run_main installs the process-wide hooks: keep them out of the rest of the session
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
+    monkeypatch.setattr(guard, "_installed", guard._installed)
+    assert guard.run_main(lambda: None) == 0
+    assert guard.run_main(lambda: exec("raise SystemExit(0)")) == 0
+
+
+def test_deadline_settings(monkeypatch):
+    monkeypatch.setitem(watchdog._settings, "deadline", None)
+    monkeypatch.setenv(watchdog.ENV_TIMEOUT, "7.5")
+    assert watchdog.get_deadline() == 7.5
+    watchdog.set_deadline(None)
+    assert watchdog.get_deadline() == 0.0
+    with pytest.raises(ValueError):
+        watchdog.set_deadline(-1)
+    monkeypatch.setitem(watchdog._settings, "deadline", None)
+    monkeypatch.setenv(watchdog.ENV_TIMEOUT, "ten")
+    with pytest.raises(ValueError, match="MNFRAME_COLLECTIVE_TIMEOUT"):
+        watchdog.get_deadline()
+
+
+def test_report_dir(monkeypatch, tmp_path):
+    monkeypatch.setitem(watchdog._settings, "report_dir", None)
+    monkeypatch.setenv(watchdog.ENV_RUN_DIR, str(tmp_path))
+    assert watchdog.report_dir() == str(tmp_path)
+    watchdog.set_report_dir(tmp_path / "x")
+    assert watchdog.report_dir() == str(tmp_path / "x")
+
+
+def _op(seq, name="allreduce"):
+    return {"seq": seq, "op": name, "shape": (3,), "dtype": "float32", "peer": None, "elapsed_s": 5.2}
+
+
+def test_timeout_report_names_ranks():
+    summaries = {
+        0: {"rank": 0, "host": "a", "pid": 1, "current": _op(4), "last": _op(3), "where": "x.py:1"},
+        2: {"rank": 2, "host": "a", "pid": 3, "current": _op(4), "last": _op(3), "where": "x.py:1"},
+        1: {"rank": 1, "host": "b", "pid": 2, "current": None, "last": _op(3), "where": "train.py:33 in f"},
+        3: {"rank": 3, "host": "b", "pid": 4, "current": _op(2, "bcast"), "last": None, "where": None},
+    }
+    text = watchdog.timeout_report(summaries, 5, 0, 5.0, "/run")
+    assert "allreduce (seq 4, shape (3,), float32) on rank 0 has waited 5.2 s" in text
+    assert "waiting in allreduce: ranks 0, 2" in text
+    assert "never arrived: rank 1 (host b, pid 2), running Python at train.py:33 in f" in text
+    assert "in a different operation: rank 3 in bcast (seq 2" in text
+    assert "no answer from ranks 4" in text
+    assert "ranks that never arrived in allreduce: 1, 3, 4" in text
+    assert "/run/mnframe-timeout-rank<rank>.json" in text
+
+
+def test_debug_point_to_point_names():
+    assert debug.is_point_to_point("send") and debug.is_point_to_point("scatter_dataset.recv_len")
+    assert not debug.is_point_to_point("allreduce") and not debug.is_point_to_point("bcast")
+
+
+def test_no_guard_opt_out(monkeypatch):
+    from mnframe.runtime import activation
+    monkeypatch.setitem(activation._done, "activated", False)
+    monkeypatch.setenv(activation.ENV_NO_GUARD, "1")
+    activation.on_communicator_created(object())  # would fail on a real start: nothing happens
+    assert not activation.activated() and watchdog.current() is None
