@@ -156,6 +156,9 @@ class MpiCommunicator(CommunicatorBase):
         if self.size == 1:
             # The mean over one rank is the gradient itself: no packing, no copy
             # (and no rounding through a narrower allreduce_grad_dtype).
+            for _, p in params:
+                if p.grad is None and zero_fill:
+                    p.grad = p.xp.zeros_like(p.array)
             return
         layout = self._layouts.get(key)
         if layout is None:

@@ -79,6 +79,8 @@ def test_debug_point_to_point_names():
 def test_no_guard_opt_out(monkeypatch):
     from mnframe.runtime import activation
     monkeypatch.setitem(activation._done, "activated", False)
+    # Earlier tests in this process may have started a watchdog: start from none.
+    monkeypatch.setitem(watchdog._active, "watchdog", None)
     monkeypatch.setenv(activation.ENV_NO_GUARD, "1")
     activation.on_communicator_created(object())  # would fail on a real start: nothing happens
     assert not activation.activated() and watchdog.current() is None
