@@ -18,6 +18,7 @@ import chainer
 from chainer.dataset import iterator as iterator_module
 
 from mnframe.iterators import start_method
+from mnframe.iterators.forwarding import ForwardingIterator
 from mnframe.runtime import oplog
 
 _STOP, _BATCH, _ERROR = "stop", "batch", "error"
@@ -33,7 +34,7 @@ def _state_of(it):
     }
 
 
-class _MasterIterator(iterator_module.Iterator):
+class _MasterIterator(ForwardingIterator):
     """The master side: the real iterator plus a broadcast of every batch."""
 
     def __init__(self, actual_iterator, communicator, rank_master):
@@ -67,30 +68,6 @@ class _MasterIterator(iterator_module.Iterator):
     def _bcast(self, message):
         with oplog.op("multi_node_iterator.batch", peer=self.rank_master):
             self.communicator.mpi_comm.bcast(message, root=self.rank_master)
-
-    def __getattr__(self, name):
-        return getattr(self.__dict__["actual_iterator"], name)
-
-    def __setattr__(self, name, value):
-        setattr(self.actual_iterator, name, value)
-
-    # properties of Iterator itself must be forwarded explicitly
-    @property
-    def epoch_detail(self):
-        return self.actual_iterator.epoch_detail
-
-    @property
-    def previous_epoch_detail(self):
-        return self.actual_iterator.previous_epoch_detail
-
-    def reset(self):
-        self.actual_iterator.reset()
-
-    def finalize(self):
-        self.actual_iterator.finalize()
-
-    def serialize(self, serializer):
-        self.actual_iterator.serialize(serializer)
 
 
 class _FollowerIterator(iterator_module.Iterator):

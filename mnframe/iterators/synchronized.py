@@ -7,13 +7,13 @@ any batch. The wrapper forwards everything else to the real iterator.
 """
 import chainer
 import numpy as np
-from chainer.dataset import iterator as iterator_module
 
 from mnframe.iterators import start_method
+from mnframe.iterators.forwarding import ForwardingIterator
 from mnframe.runtime import oplog
 
 
-class _SynchronizedIterator(iterator_module.Iterator):
+class _SynchronizedIterator(ForwardingIterator):
     """The real iterator with a shuffle order shared by all ranks."""
 
     def __init__(self, actual_iterator, communicator):
@@ -30,33 +30,10 @@ class _SynchronizedIterator(iterator_module.Iterator):
         actual_iterator.order_sampler = chainer.iterators.ShuffleOrderSampler(np.random.RandomState(seed))
         actual_iterator.reset()
 
-    def __getattr__(self, name):
-        return getattr(self.__dict__["actual_iterator"], name)
-
-    def __setattr__(self, name, value):
-        setattr(self.actual_iterator, name, value)
-
     def __next__(self):
         return self.actual_iterator.__next__()
 
     next = __next__
-
-    @property
-    def epoch_detail(self):
-        return self.actual_iterator.epoch_detail
-
-    @property
-    def previous_epoch_detail(self):
-        return self.actual_iterator.previous_epoch_detail
-
-    def reset(self):
-        self.actual_iterator.reset()
-
-    def finalize(self):
-        self.actual_iterator.finalize()
-
-    def serialize(self, serializer):
-        self.actual_iterator.serialize(serializer)
 
 
 def create_synchronized_iterator(actual_iterator, communicator):

@@ -31,10 +31,15 @@ class Block(chainer.Chain):
 
 
 class VGG(chainer.Chain):
-    """VGG for 32x32 images: ``VGG(n_class=10, width=1.0)``."""
+    """VGG for 32x32 images: ``VGG(n_class=10, width=1.0)``.
 
-    def __init__(self, n_class=10, width=1.0):
+    ``block(in_channels, out_channels)`` makes each convolution block (default
+    ``Block``); the parallel_convolution recipe passes a channel-parallel one.
+    """
+
+    def __init__(self, n_class=10, width=1.0, in_channels=3, block=None):
         super().__init__()
+        make_block = block or (lambda _, out_channels: Block(out_channels))
         self._plan = []  # ('block', name, dropout) or ('pool',)
         with self.init_scope():
             for i, item in enumerate(_LAYOUT):
@@ -42,9 +47,11 @@ class VGG(chainer.Chain):
                     self._plan.append(('pool', None, None))
                     continue
                 channels, dropout = item
+                channels = max(1, int(round(channels * width)))
                 name = f'block{i}'
-                setattr(self, name, Block(max(1, int(round(channels * width)))))
+                setattr(self, name, make_block(in_channels, channels))
                 self._plan.append(('block', name, dropout))
+                in_channels = channels
             fc_units = max(1, int(round(512 * width)))
             self.fc1 = L.Linear(None, fc_units, nobias=True)
             self.bn_fc1 = L.BatchNormalization(fc_units)

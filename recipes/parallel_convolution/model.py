@@ -27,7 +27,7 @@ import chainer.functions as F
 import chainer.links as L
 
 from recipes import communicator_or_default
-from recipes.cifar.models import _LAYOUT
+from recipes.cifar.models import VGG
 
 
 class ParallelConvolution2D(chainer.Link):
@@ -74,39 +74,10 @@ class ParallelBlock(chainer.Chain):
         return F.relu(self.bn(self.conv(x)))
 
 
-class ParallelConvNet(chainer.Chain):
+class ParallelConvNet(VGG):
     """The CIFAR VGG with channel-parallel convolutions: ``ParallelConvNet(comm, n_class=10, width=1.0)``."""
 
     def __init__(self, comm=None, n_class=10, width=1.0, in_channels=3):
-        super().__init__()
         comm = communicator_or_default(comm)
-        self._plan = []
-        channels_in = in_channels
-        with self.init_scope():
-            for i, item in enumerate(_LAYOUT):
-                if item == 'M':
-                    self._plan.append(('pool', None, None))
-                    continue
-                channels, dropout = item
-                channels = max(1, int(round(channels * width)))
-                setattr(self, f'block{i}', ParallelBlock(comm, channels_in, channels))
-                self._plan.append(('block', f'block{i}', dropout))
-                channels_in = channels
-            fc_units = max(1, int(round(512 * width)))
-            self.fc1 = L.Linear(None, fc_units, nobias=True)
-            self.bn_fc1 = L.BatchNormalization(fc_units)
-            self.fc2 = L.Linear(None, n_class, nobias=True)
-
-    def forward(self, x):
-        h = x
-        for kind, name, dropout in self._plan:
-            if kind == 'pool':
-                h = F.max_pooling_2d(h, ksize=2, stride=2)
-                continue
-            h = getattr(self, name)(h)
-            if dropout is not None:
-                h = F.dropout(h, ratio=dropout)
-        h = F.dropout(h, ratio=0.5)
-        h = F.relu(self.bn_fc1(self.fc1(h)))
-        h = F.dropout(h, ratio=0.5)
-        return self.fc2(h)
+        super().__init__(n_class=n_class, width=width, in_channels=in_channels,
+                         block=lambda cin, cout: ParallelBlock(comm, cin, cout))
