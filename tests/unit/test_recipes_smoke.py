@@ -47,3 +47,18 @@ def test_recipe_trains_on_two_ranks(recipe, tmp_path):
     assert [entry['iteration'] for entry in log] == list(range(1, ITERATIONS + 1))
     missing = keys - set(log[-1])
     assert not missing, f'{recipe} did not report {sorted(missing)}: {log[-1]}'
+
+
+def test_dual_parallel_recipe_trains_on_two_replicas(tmp_path):
+    """mnist_dual_parallel on 4 ranks: 2 replicas of the 2-rank model-parallel MLP."""
+    run_dir = tmp_path / 'run'
+    result = run_mpi(['-m', 'mnframe', 'recipe=mnist_dual_parallel', f'trainer.stop=[{ITERATIONS},iteration]',
+                      'extensions=minimal', 'extensions.log_report.unit=iteration', 'resume=never',
+                      'dataset.batch_size=8', 'topology.ranks.0.stages.0.module.n_units=16',
+                      'topology.ranks.1.stages.0.module.n_units=16', f'hydra.run.dir={run_dir}'],
+                     n=4, timeout=180, cwd=str(REPO))
+    assert not result.timed_out, f'timed out\n{result.output[-4000:]}'
+    assert result.returncode == 0, f'exited {result.returncode}\n{result.output[-4000:]}'
+    log = json.loads((run_dir / 'log').read_text())
+    assert [entry['iteration'] for entry in log] == list(range(1, ITERATIONS + 1))
+    assert {'main/loss', 'main/accuracy'} <= set(log[-1])
