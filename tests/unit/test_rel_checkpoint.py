@@ -16,15 +16,10 @@ from mnframe.checkpoint.store import CheckpointStore
 from mnframe.runtime.errors import CheckpointError, ConfigError
 
 
-class SoloComm:
-    """A one-rank stand-in with the communicator's object collectives."""
-    rank, size = 0, 1
-
-    def bcast_obj(self, obj, root=0):
-        return obj
-
-    def gather_obj(self, obj, root=0):
-        return [obj]
+def SoloComm():
+    """A one-rank communicator (MPI's own COMM_SELF)."""
+    from mpi4py import MPI
+    return MPI.COMM_SELF
 
 
 def _writer(payload):
