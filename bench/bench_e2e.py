@@ -110,9 +110,19 @@ def imagenet_commands(w, run_dir):
 COMMANDS = {'mnist': mnist_commands, 'imagenet': imagenet_commands}
 
 
-def run_side(argv, ranks, timeout):
+def thread_env(omp_threads):
+    """The thread variables both sides run with: none by default (as a user runs them;
+    BLAS then starts one thread per core in every rank unless the framework sizes the
+    pools, which mnframe's ``trainer.threads=auto`` does), or ``N`` for both."""
+    from mnframe.runtime.threads import ENV_VARS
+
+    return {var: (None if omp_threads is None else str(omp_threads)) for var in ENV_VARS}
+
+
+def run_side(argv, ranks, timeout, omp_threads=None):
     """Run one side under mpiexec; return (result dict or None, error text or None)."""
-    env = {'BENCH_T0': repr(time.time()), 'PYTHONPATH': REPO + os.pathsep + os.environ.get('PYTHONPATH', '')}
+    env = {'BENCH_T0': repr(time.time()), 'PYTHONPATH': REPO + os.pathsep + os.environ.get('PYTHONPATH', ''),
+           **thread_env(omp_threads)}
     res = run_mpi(argv, n=ranks, timeout=timeout, env=env, cwd=REPO)
     result = parse_result(res.stdout)
     if res.timed_out:
@@ -129,7 +139,7 @@ def _median(results, key):
     return statistics.median(values) if values else None
 
 
-def measure(workloads, ranks_list, repeat, timeout):
+def measure(workloads, ranks_list, repeat, timeout, omp_threads=None):
     """Rows of the table: one per (workload, ranks), with the medians of both sides."""
     rows = []
     tmp = tempfile.mkdtemp(prefix='bench_e2e_')
@@ -141,7 +151,7 @@ def measure(workloads, ranks_list, repeat, timeout):
                 mn_argv, peer_argv = COMMANDS[w.name](w, os.path.join(tmp, f'{w.name}_n{ranks}_r{rep}'))
                 order = (('mnframe', mn_argv), ('peer', peer_argv))
                 for side, argv in (order if rep % 2 == 0 else order[::-1]):  # alternate who goes first
-                    result, error = run_side(argv, ranks, timeout)
+                    result, error = run_side(argv, ranks, timeout, omp_threads)
                     if error:
                         errors[side] = error
                     else:
@@ -195,6 +205,9 @@ def main(argv=None):
                              "naive compares like with like)")
     parser.add_argument('--peer-communicator', default='naive',
                         help="the peer's communicator (chainermn has only naive on CPUs)")
+    parser.add_argument('--omp-threads', type=int, default=None,
+                        help='set OMP/OPENBLAS/MKL_NUM_THREADS to N for both sides (default: unset for both, '
+                             'as users run them)')
     parser.add_argument('--json', default=None, help='also write the rows to this file')
     args = parser.parse_args(argv)
 
@@ -203,7 +216,7 @@ def main(argv=None):
     timeout = args.timeout or (120 if args.small else 600)
     workloads = [dataclasses.replace(sizes[name], communicator=args.communicator,
                                      peer_communicator=args.peer_communicator) for name in args.workloads]
-    rows = measure(workloads, args.ranks, repeat, timeout)
+    rows = measure(workloads, args.ranks, repeat, timeout, args.omp_threads)
     print(table(rows))
     if args.json:
         with open(args.json, 'w') as f:

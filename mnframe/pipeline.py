@@ -1,6 +1,6 @@
 """What ``python -m mnframe`` does with a validated config, top to bottom.
 
-    config -> communicators -> device -> dataset and iterators -> model
+    config -> communicators -> device (and CPU thread pools) -> dataset and iterators -> model
            -> multi-node optimizer -> updater, trainer, extensions, checkpoints -> run
 
 Each step is one builder in ``mnframe.build`` taking its typed config section
@@ -25,6 +25,7 @@ from mnframe.build.optimizer import build_optimizer, schedule_extension
 from mnframe.build.updater import build_updater
 from mnframe.config.schema import RunConfig
 from mnframe.config.validate import extensions_of
+from mnframe.runtime import threads
 
 log = logging.getLogger("mnframe.pipeline")
 
@@ -43,6 +44,7 @@ def build_trainer(cfg: RunConfig, run_dir: str, config: Optional[Dict[str, Any]]
     comms = build_communicators(cfg.communicator, cfg.topology)
     seed_everything(cfg.seed)
     device = select_device(cfg.trainer.device, comms.world.intra_rank)
+    threads.configure(cfg.trainer.threads, comms.world, on_cpu=device.xp is np)
     plan = rank_plan(cfg, comms)  # None for data parallelism
     data = build_data(cfg.dataset, comms, cfg.seed, empty=plan is not None and plan.dataset == "empty")
     models = build_models(cfg, comms)

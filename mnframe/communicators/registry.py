@@ -7,6 +7,9 @@ The framework's config validator reads ``COMMUNICATORS`` (names, ``needs_cuda``,
 ``pure_nccl`` when CuPy with CUDA devices and NCCL is importable, otherwise
 ``two_dimensional``, the fastest CPU strategy here (a single fused
 shared-memory pass on one node; slice-wise allreduce across nodes).
+The runner's ``communicator=auto`` (its default) goes by the training device
+instead (``name_for_device``), so a CPU run on a GPU machine still averages
+NumPy gradients.
 """
 import dataclasses
 import importlib.util
@@ -68,6 +71,15 @@ def cuda_problem(needs_nccl=False):
 def default_name():
     """The best communicator available here: pure_nccl on GPUs with NCCL, else two_dimensional."""
     return GPU_DEFAULT if cuda_problem(needs_nccl=True) is None else CPU_DEFAULT
+
+
+AUTO = "auto"
+
+
+def name_for_device(device):
+    """The communicator ``auto`` stands for in the runner: the GPU default when the
+    job trains on GPUs (``device`` "gpu"), the CPU default otherwise."""
+    return GPU_DEFAULT if device == "gpu" else CPU_DEFAULT
 
 
 def cpu_names():

@@ -56,9 +56,11 @@ class Component(BaseModel):
 
 class CommunicatorConfig(Strict):
     """Arguments of ``mnframe.create_communicator``; ``name`` is checked against
-    ``mnframe.communicators.registry.COMMUNICATORS`` (GPU needs included)."""
+    ``mnframe.communicators.registry.COMMUNICATORS`` (GPU needs included).
+    ``auto`` is replaced during validation by the best name for the training
+    device (pure_nccl on GPUs, two_dimensional on CPUs)."""
 
-    name: str = "naive"
+    name: str = "auto"
     allreduce_grad_dtype: Optional[Literal["float16", "float32", "float64"]] = None
     batched_copy: bool = False
 
@@ -227,11 +229,16 @@ class TrainerConfig(Strict):
     ``device``: ``cpu``; ``gpu`` (GPU number ``intra_rank``, fails without CUDA);
     ``auto`` (``gpu`` when CuPy sees a device, else ``cpu``).
     ``out``: null means the run directory.
+    ``threads``: BLAS/OpenMP threads per rank: ``auto`` gives each rank its
+    share of the node's cores when training on CPUs and no ``*_NUM_THREADS``
+    variable is set; a number sets it; ``keep`` leaves the pools alone
+    (``mnframe.runtime.threads``).
     """
 
     stop: Tuple[PositiveInt, Unit] = (20, "epoch")
     device: Literal["auto", "cpu", "gpu"] = "cpu"
     out: Optional[str] = None
+    threads: Union[Literal["auto", "keep"], PositiveInt] = "auto"
 
 
 # -- extensions --------------------------------------------------------------

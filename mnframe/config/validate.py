@@ -294,6 +294,7 @@ def validate(raw: Dict[str, Any], world_size: int, has_cuda: bool = False,
     """Return the validated ``RunConfig`` or raise one ConfigError listing every problem."""
     if not isinstance(raw, dict):
         raise_issues([ConfigIssue("", "the config must be a mapping", value=raw)])
+    raw = resolve_auto_communicator(raw, has_cuda)
     issues: List[ConfigIssue] = list(_missing_values(raw))
     if isinstance(raw.get("checkpoint"), dict) and "resume" in raw["checkpoint"]:
         issues.append(ConfigIssue("checkpoint.resume", "resume is chosen at the top level",
@@ -325,6 +326,24 @@ def validate(raw: Dict[str, Any], world_size: int, has_cuda: bool = False,
     issues += _semantic_issues(sections, world_size, has_cuda, check_targets)
     raise_issues(issues)
     return schema.RunConfig.model_validate(raw)
+
+
+def resolve_auto_communicator(raw: Dict[str, Any], has_cuda: bool) -> Dict[str, Any]:
+    """``communicator.name: auto`` -> the registry's choice for the training device.
+
+    Resolved here, once, so every later check, the builder and the run summary
+    see the concrete name. ``raw`` is not modified.
+    """
+    from mnframe.communicators.registry import AUTO, name_for_device
+
+    comm = raw.get("communicator")
+    if not (isinstance(comm, dict) and comm.get("name") == AUTO):
+        return raw
+    trainer = raw.get("trainer") if isinstance(raw.get("trainer"), dict) else {}
+    device = trainer.get("device", "cpu")
+    if device == "auto":
+        device = "gpu" if has_cuda else "cpu"
+    return {**raw, "communicator": {**comm, "name": name_for_device(device)}}
 
 
 def _semantic_issues(s: Dict[str, Any], world_size: int, has_cuda: bool,

@@ -40,7 +40,8 @@ def mpiexec_path():
 def run_mpi(args, n, timeout=120, env=None, cwd=None, python=True, signal_after=None):
     """Run ``mpiexec -n n [python] *args`` and return an MpiResult.
 
-    ``signal_after=(seconds, signum)`` sends a signal to mpiexec after a delay
+    ``env`` entries override the environment (a value of None removes the
+    variable). ``signal_after=(seconds, signum)`` sends a signal to mpiexec after a delay
     (preemption tests). The process group is always killed at the end, so no
     rank outlives the call.
     """
@@ -53,8 +54,11 @@ def run_mpi(args, n, timeout=120, env=None, cwd=None, python=True, signal_after=
     # Oversubscribed runs on small machines: don't let ranks spin on the CPU.
     full_env.setdefault("MPIR_CVAR_CH3_NOLOCAL", "0")
     full_env.setdefault("OMP_NUM_THREADS", "1")
-    if env:
-        full_env.update(env)
+    for key, value in (env or {}).items():  # None removes a variable
+        if value is None:
+            full_env.pop(key, None)
+        else:
+            full_env[key] = value
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=full_env, cwd=cwd, start_new_session=True)

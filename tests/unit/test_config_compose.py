@@ -69,6 +69,18 @@ def test_gpu_communicator_validates_with_a_gpu():
     assert cfg.communicator.name == "pure_nccl"
 
 
+@pytest.mark.parametrize("device,has_cuda,expected", [
+    ("cpu", False, "two_dimensional"), ("auto", False, "two_dimensional"),
+    ("cpu", True, "two_dimensional"), ("auto", True, "pure_nccl"), ("gpu", True, "pure_nccl"),
+])
+def test_auto_communicator_follows_the_training_device(device, has_cuda, expected):
+    raw = C.compose([f"trainer.device={device}"])
+    assert raw["communicator"]["name"] == "auto"  # the runner's default
+    cfg = validate(raw, 2, has_cuda=has_cuda)
+    assert cfg.communicator.name == expected
+    assert raw["communicator"]["name"] == "auto"  # the composed config is left as it was
+
+
 def test_dual_parallel_needs_a_multiple_of_the_group():
     raw = C.compose(["recipe=mnist_dual_parallel"])
     cfg = validate(raw, 4)
