@@ -8,7 +8,7 @@ accumulated in it directly (no scratch copy). float16 is accumulated in float32.
 """
 import numpy as np
 
-BLOCK_BYTES = 1 << 18
+BLOCK_BYTES = 1 << 20  # 1 MiB: measured best of 64 KiB..4 MiB on 2 ranks (1 MiB L2 per core)
 _ACC = {np.dtype(np.float16): np.dtype(np.float32)}
 
 

@@ -22,7 +22,7 @@ class NaiveReducer(GradReducer):
                 if grad.dtype == g.dtype and grad.flags.c_contiguous and grad.flags.writeable:
                     wire = grad
                 else:
-                    wire = np.ascontiguousarray(grad, dtype=g.dtype)
+                    wire = np.array(grad, dtype=g.dtype, order="C")  # a writable copy
                 pc.allreduce_inplace(self.comm, wire)
                 scale_inplace(wire, scale)
                 if wire is grad:

@@ -128,9 +128,15 @@ def pack(views, params):
             _copy(dst, grad)
 
 
-def unpack(views, params):
-    """Give every participating param its averaged gradient (the view itself when dtypes agree)."""
+def unpack(views, params, keep=()):
+    """Give every participating param its averaged gradient (the view itself when dtypes agree).
+
+    ``keep``: indices of params whose gradient already holds the average
+    (averaged in place by the strategy); they are left alone.
+    """
     for e, src, wire, _ in views:
+        if e.index in keep:
+            continue
         p = params[e.index][1]
         grad = p.grad
         if grad is src:

@@ -10,6 +10,11 @@ This is the default CPU communicator (see registry.default_name).
 A rank's own slice is never packed: it reads its own gradients straight from
 the parameters (only the parts its peers reduce are copied into its segment),
 which saves 1/intra_size of the packing copy when gradients are fresh arrays.
+On one node the mean of that slice is also accumulated in place in those
+gradient arrays (they stay ``param.grad``; the parts of them outside the slice
+are filled from the segment at the end), which saves the write-allocate reads
+of a separate destination: fresh gradients, the case after every backward,
+cost one pass over memory less.
 
 Nodes with different rank counts cannot pair slices across nodes; there the
 hierarchical algorithm runs instead (decided identically on every rank).
@@ -30,9 +35,12 @@ class TwoDimensionalReducer(ShmReducer):
             return super().mean(layout, params)
         buffer = self._buffer(layout)
         views = buffer.entry_views(layout)
-        plans = self._pack(layout, params, views)
+        plans, in_place = self._pack(layout, params, views)
         self._reduce(layout, buffer, plans)
-        packing.unpack(views, params)
+        for _, flat, out, i, j in in_place:  # the parts the peers averaged, from this rank's segment
+            flat[:i] = out[:i]
+            flat[j:] = out[j:]
+        packing.unpack(views, params, keep={index for index, *_ in in_place})
         buffer.params = params
 
     def reduce(self, layout, buffer):
@@ -46,14 +54,21 @@ class TwoDimensionalReducer(ShmReducer):
         self._reduce(layout, buffer, plans)
 
     def _pack(self, layout, params, views):
-        """Pack all but this rank's own slice; per group (lo, hi, pieces of [lo, hi)).
+        """Pack all but this rank's own slice.
 
-        A piece is (start, stop, source): ``source`` is the parameter's own
-        gradient (flat) when it can be read directly, else None (read the segment).
+        Returns (plans, in_place). ``plans``: per group (lo, hi, pieces of
+        [lo, hi)); a piece is (start, stop, source) where ``source`` is the
+        parameter's own gradient (flat) when it can be read directly, else None
+        (read the segment). ``in_place``: on one node, (param index, flat
+        gradient, its segment view, i, j) for every gradient whose part [i, j)
+        is averaged in place; the rest of it is copied from the segment after
+        the reduction.
         """
         topo = self.topo
+        single = topo.inter_size == 1
         bounds = [slice_bounds(g.size, topo.intra_size, topo.intra_rank) for g in layout.groups]
         pieces_of = [[] for _ in layout.groups]
+        in_place = []
         for e, dst, wire, gi in views:
             lo, hi = bounds[gi]
             pieces = pieces_of[gi]
@@ -70,6 +85,8 @@ class TwoDimensionalReducer(ShmReducer):
                     out[:i] = flat[:i]
                     out[j:] = flat[j:]
                     pieces.append((a, b, flat[i:j]))
+                    if single and grad.flags.writeable:
+                        in_place.append((e.index, flat, out, i, j))
                     continue
                 if grad is None:
                     dst.fill(0)
@@ -80,7 +97,8 @@ class TwoDimensionalReducer(ShmReducer):
                     pieces[-1] = (pieces[-1][0], b, None)  # merge neighbouring segment pieces
                 else:
                     pieces.append((a, b, None))
-        return [(lo, hi, pieces) for (lo, hi), pieces in zip(bounds, pieces_of)]
+        plans = [(lo, hi, pieces) for (lo, hi), pieces in zip(bounds, pieces_of)]
+        return plans, in_place
 
     def _reduce(self, layout, buffer, plans):
         topo = self.topo
@@ -95,7 +113,9 @@ class TwoDimensionalReducer(ShmReducer):
                 mine = seg[me]
                 peers = seg[:me] + seg[me + 1:]
                 sources = [mine if source is None else source] + peers
-                mean_into(sources, [mine] + (peers if single else []), scale)
+                # on one node a writable direct source is averaged in place (see _pack)
+                first = source if single and source is not None and source.flags.writeable else mine
+                mean_into(sources, [first] + (peers if single else []), scale)
             if not single:
                 own = [v[gi][lo:hi] for v in views]
                 pc.allreduce_inplace(topo.inter_comm, own[me])

@@ -61,6 +61,33 @@ def test_mean(comm, dtype_b):
     check_mean(m, comm.size, rtol=1e-3 if dtype_b == np.float16 else 1e-6)
 
 
+def test_read_only_and_mixed_gradients(comm):
+    """Read-only gradient arrays are left untouched; fresh arrays next to the
+    communicator's own views (resident) average correctly too."""
+    m = make_model()
+    fill(m, comm.rank)
+    originals = {}
+    for name, p in m.namedparams():
+        p.grad.flags.writeable = False
+        originals[name] = p.grad.copy()
+    comm.multi_node_mean_grad(m)
+    check_mean(m, comm.size)
+    # a read-only array may be kept as the gradient only if it was not written to
+    grads = dict(m.namedparams())
+    for name, original in originals.items():
+        if not grads[name].grad.flags.writeable:
+            np.testing.assert_array_equal(grads[name].grad, original)
+    fill(m, comm.rank)
+    comm.multi_node_mean_grad(m)  # now views of the communicator's buffer (where it keeps them)
+    for i, (_, p) in enumerate(sorted(m.namedparams())):
+        if i % 2:  # every other gradient fresh again
+            p.grad = (np.arange(p.size).reshape(p.shape) % 7 + i + comm.rank).astype(p.dtype)
+        else:  # the others set to this rank's value again, in place
+            p.grad[...] = np.arange(p.size).reshape(p.shape) % 7 + i + comm.rank
+    comm.multi_node_mean_grad(m)
+    check_mean(m, comm.size)
+
+
 def test_two_models_alternate(comm):
     m1, m2 = make_model(), make_model(np.float64)
     for _ in range(2):
