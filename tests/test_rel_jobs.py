@@ -37,13 +37,14 @@ import signal
 import sys
 import time
 
+import mnframe  # before chainer, as a script on NumPy 2 must (mnframe/_numpy_compat.py)
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
 import numpy as np
 from chainer import training
 
-import mnframe
 from mnframe.checkpoint import CheckpointConfig, attach
 from mnframe.runtime.errors import ConfigError
 

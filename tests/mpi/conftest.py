@@ -11,6 +11,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
+# Before the test module imports chainer (NumPy 2: see mnframe/_numpy_compat.py).
+import mnframe  # noqa: E402,F401
+
 
 @pytest.fixture(scope="session")
 def mpi_comm():
