@@ -14,6 +14,11 @@ step spent in gradient averaging (``multi_node_mean_grad`` /
 ``allreduce_grad``, including the wait for the slower rank); the verdict is
 PASS when mnframe is not slower (median ratio >= 1.0).
 
+Threads: both sides run without OMP/OPENBLAS/MKL/BLIS_NUM_THREADS, as a user
+runs them: the peer's BLAS starts one thread per core in every rank, mnframe's
+``trainer.threads=auto`` gives each rank its share of the cores.
+``--omp-threads N`` sets the variables to N for both sides (like with like).
+
 Communicators: mnframe uses its default CPU communicator (``two_dimensional``:
 a shared-memory reduce-scatter within the node) and the peer ``naive`` (the only one
 chainermn runs without CuPy); ``--communicator naive`` compares like with like.

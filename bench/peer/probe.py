@@ -21,6 +21,7 @@ import json
 import os
 import time
 
+import bench.peer.numpy2  # noqa: F401  (NumPy 2: before chainer)
 import chainer
 from chainer import training
 

@@ -17,6 +17,7 @@ import tempfile
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..')))
 
+import bench.peer.numpy2  # noqa: E402,F401  (NumPy 2: before chainer)
 import chainer  # noqa: E402
 from chainer import training  # noqa: E402
 import chainermn  # noqa: E402  (the peer: chainer's bundled ChainerMN)
