@@ -21,6 +21,10 @@ from mnframe.communicators.verdict import CommunicatorArgumentError, raise_if_an
 from mnframe.runtime import oplog
 
 CHUNK_BYTES = 1 << 30  # the largest single MPI message mnframe sends
+# In-place allreduces go in pieces of this size: MPI implementations switch to
+# algorithms with message-sized temporaries for large messages (MPICH here: one
+# 102 MB allreduce 69 ms, the same bytes in 2 MiB pieces 23 ms on 2 ranks).
+ALLREDUCE_CHUNK_BYTES = 1 << 21
 
 
 # ---------------------------------------------------------------- helpers
@@ -329,10 +333,10 @@ def alltoall(comm, xs):
 
 
 def allreduce_inplace(comm, arr):
-    """Sum a contiguous NumPy array over ``comm`` in place, in pieces of at most CHUNK_BYTES."""
+    """Sum a contiguous NumPy array over ``comm`` in place, in pieces of ALLREDUCE_CHUNK_BYTES."""
     dt, op = mpi_types.sum_spec(arr.dtype)
     flat = arr.reshape(-1)
-    step = max(1, CHUNK_BYTES // max(1, arr.itemsize))
+    step = max(1, ALLREDUCE_CHUNK_BYTES // max(1, arr.itemsize))
     with oplog.op("allreduce", array=arr):
         for s, e in _pieces(flat.size, step):
             comm.Allreduce(MPI.IN_PLACE, [flat[s:e], dt], op)

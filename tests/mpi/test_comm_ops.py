@@ -23,6 +23,7 @@ def comm():
 def chunking(request, monkeypatch):
     if request.param:  # many tiny pieces: the >2 GiB code path without 2 GiB
         monkeypatch.setattr(p2p_collectives, "CHUNK_BYTES", 7)
+        monkeypatch.setattr(p2p_collectives, "ALLREDUCE_CHUNK_BYTES", 7)
     return request.param
 
 
