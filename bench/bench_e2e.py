@@ -63,7 +63,7 @@ class Workload:
 
 FULL = {
     'mnist': Workload('mnist', iterations=200, warmup=10, batch=50, params={'units': 1000}),
-    'imagenet': Workload('imagenet', iterations=30, warmup=5, batch=16,
+    'imagenet': Workload('imagenet', iterations=60, warmup=5, batch=16,
                          params={'arch': 'nin', 'insize': 64, 'width': 0.5, 'n_class': 100, 'n_synthetic': 256}),
 }
 SMALL = {
