@@ -23,6 +23,7 @@ _aborting = threading.Lock()
 # How long ranks wait for each other to agree that a ConfigError was raised
 # everywhere before falling back to Abort.
 CONFIG_AGREE_TIMEOUT_S = 5.0
+ABORT_FORWARD_S = 0.3  # pause between printing the reason and MPI_Abort (see abort)
 
 
 def _mpi():
@@ -67,6 +68,10 @@ def abort(status, message=None):
     _flush_all()  # os._exit and MPI_Abort skip Python's buffered output
     mpi = _mpi()
     if mpi is not None and mpi.COMM_WORLD.Get_size() > 1:
+        # The launcher forwards our stderr through a pipe; MPI_Abort makes it kill
+        # every process, and output still in that pipe can be lost (seen with
+        # MPICH's hydra under load). Give it a moment to forward the message.
+        time.sleep(ABORT_FORWARD_S)
         try:
             mpi.COMM_WORLD.Abort(status)
         except Exception:

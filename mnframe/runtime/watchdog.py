@@ -216,11 +216,15 @@ class Watchdog:
         }
 
     def _respond(self, timed_out):
-        """Write this rank's record and send its summary to every rank."""
+        """Write this rank's record and send its summary to every rank.
+
+        The record is written first: the summary lets the reporting rank abort
+        the job, which may kill this rank before it writes anything else.
+        """
         self._responded = True
         summary = self.summary(timed_out)
-        self._send_all(summary, _TAG_SUMMARY)
         write_record(summary, self.rank)
+        self._send_all(summary, _TAG_SUMMARY)
         return summary
 
     # -- verdicts -------------------------------------------------------------
