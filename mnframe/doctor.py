@@ -138,14 +138,40 @@ def check_cuda() -> List[Result]:
 
 
 def check_cuda_aware_mpi(mpi) -> List[Result]:
-    lib = mpi.Get_library_version()
-    if "Open MPI" in lib and shutil.which("ompi_info"):
-        info = _run(["ompi_info", "--parsable", "--all"])
-        aware = "mpi_built_with_cuda_support:value:true" in info
-        return [Result("INFO", "CUDA-aware MPI", "yes" if aware else "no (GPU data is staged "
-                       "through the host: use pure_nccl, or non_cuda_aware)")]
-    return [Result("INFO", "CUDA-aware MPI", "cannot tell for this MPI; mnframe's GPU "
-                   "communicators use NCCL, or stage through host memory (non_cuda_aware)")]
+    """What mnframe's GPU strategies will assume (``communicators.cuda_aware``), and,
+    when the MPI says it is CUDA-aware and a GPU is there, a device-buffer round trip."""
+    from mnframe.communicators import cuda_aware
+
+    try:
+        aware, how = cuda_aware.detect()
+    except ValueError as exc:
+        return [Result("FAIL", "CUDA-aware MPI", str(exc), fix=f"set {cuda_aware.ENV}=1 or 0, or unset it")]
+    staged = "GPU data crosses MPI through host memory (flat, naive, between nodes); NCCL inside nodes"
+    if not aware:
+        return [Result("INFO", "CUDA-aware MPI", f"no ({how}): {staged}",
+                       fix=f"if your MPI is CUDA-aware but cannot say so, set {cuda_aware.ENV}=1")]
+    return [Result(*_device_round_trip(mpi, how))]
+
+
+def _device_round_trip(mpi, how):
+    """(status, name, detail): send a CuPy array to this rank itself through MPI and compare."""
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "INFO", "CUDA-aware MPI", f"yes ({how}); no GPU here to try it"
+        src = cupy.arange(1024, dtype=cupy.float32)
+        dst = cupy.zeros_like(src)
+        cupy.cuda.get_current_stream().synchronize()
+        comm = mpi.COMM_SELF
+        comm.Sendrecv([src, mpi.FLOAT], dest=0, recvbuf=[dst, mpi.FLOAT], source=0)
+        ok = bool((dst == src).all())
+    except ImportError:
+        return "INFO", "CUDA-aware MPI", f"yes ({how}); CuPy is not installed to try it"
+    except Exception as exc:
+        return "FAIL", "CUDA-aware MPI", f"reported ({how}) but a device-buffer send failed: {exc}"
+    return ("PASS" if ok else "FAIL", "CUDA-aware MPI",
+            f"yes ({how}); a device-buffer send {'arrived intact' if ok else 'arrived corrupted'}")
 
 
 def check_bandwidth(mpi, nbytes: int = 8 << 20, repeat: int = 5) -> List[Result]:

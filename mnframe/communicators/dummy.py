@@ -15,4 +15,4 @@ class DummyReducer(GradReducer):
 class DummyCommunicator(MpiCommunicator):
     """No gradient communication (benchmarking only)."""
 
-    reducer_class = DummyReducer
+    reducers = {"numpy": DummyReducer, "cupy": "mnframe.communicators.device_reducers:DummyDeviceReducer"}

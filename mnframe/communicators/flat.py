@@ -15,4 +15,4 @@ class FlatReducer(GradReducer):
 class FlatCommunicator(MpiCommunicator):
     """One flat buffer and an in-place MPI allreduce over all ranks."""
 
-    reducer_class = FlatReducer
+    reducers = {"numpy": FlatReducer, "cupy": "mnframe.communicators.device_reducers:flat_reducer"}

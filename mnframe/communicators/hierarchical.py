@@ -41,4 +41,4 @@ class HierarchicalReducer(ShmReducer):
 class HierarchicalCommunicator(MpiCommunicator):
     """Shared-memory reduce in the node, leaders' allreduce, shared-memory broadcast."""
 
-    reducer_class = HierarchicalReducer
+    reducers = {"numpy": HierarchicalReducer, "cupy": "mnframe.communicators.device_reducers:NcclHierarchicalReducer"}

@@ -1,9 +1,16 @@
 """``MpiCommunicator``: CommunicatorBase on mpi4py, shared by every communicator name.
 
 It composes the parts: node discovery (topology), array and object operations
-(p2p_collectives, object_ops), gradient layouts (packing) and one gradient
-averaging strategy, ``reducer_class``, which is all that differs between names.
+(p2p_collectives, object_ops), gradient layouts (packing) and the gradient
+averaging strategies, ``reducers``, which is all that differs between names:
+a table from the gradients' array module ("numpy", "cupy") to a reducer class
+or factory (a "module:attr" string is imported on first use, so GPU strategies
+never load on CPU jobs). A strategy is created the first time gradients of its
+module are averaged; that is collective, and every rank reaches it at the same
+call because the ranks have just agreed on the gradients' signature.
 """
+import importlib
+
 import numpy as np
 from mpi4py import MPI
 
@@ -19,8 +26,13 @@ _MAX_LAYOUTS = 16
 class MpiCommunicator(CommunicatorBase):
     """A communicator over ``mpi_comm``; subclasses set ``reducer_class``."""
 
-    reducer_class = None
-    grad_devices = frozenset({"numpy"})  # array modules multi_node_mean_grad accepts
+    reducers = {}  # array module of the gradients -> reducer class/factory or "module:attr"
+    double_buffering = "mpi"  # how create_multi_node_optimizer(double_buffering=True) overlaps
+
+    @classmethod
+    def grad_devices(cls):
+        """The array modules whose gradients this communicator averages."""
+        return frozenset(cls.reducers)
 
     def __init__(self, mpi_comm=None, allreduce_grad_dtype=None, batched_copy=False):
         self._comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
@@ -29,7 +41,8 @@ class MpiCommunicator(CommunicatorBase):
         self.set_config("allreduce_grad_dtype", allreduce_grad_dtype)
         self.set_config("batched_copy", batched_copy)
         self._topo = topology.discover(self._comm)
-        self._reducer = self.reducer_class(self._comm, self._topo)
+        self._reducers = {}  # array module -> reducer, created on first use
+        self._finalized = False
         self._layouts = {}
 
     def __repr__(self):
@@ -63,10 +76,12 @@ class MpiCommunicator(CommunicatorBase):
         return comm
 
     def finalize(self):
-        if self._reducer is None:  # already finalized
+        if self._finalized:
             return
-        self._reducer.close()
-        self._reducer = None
+        self._finalized = True
+        for reducer in self._reducers.values():
+            reducer.close()
+        self._reducers.clear()
         self._topo.free()
         if self._owns_comm:
             with oplog.op("free"):
@@ -148,11 +163,12 @@ class MpiCommunicator(CommunicatorBase):
         key = packing.signature_key(sig, wire)
         self._agree_on_params(sig, "multi_node_mean_grad", key)
         devices = {s[4] for s in sig if s[3]}
-        if devices - self.grad_devices:
-            raise TypeError(f"{type(self).__name__} averages {'/'.join(sorted(self.grad_devices))} gradients, "
+        accepted = self.grad_devices()
+        if devices - accepted or len(devices) > 1:
+            raise TypeError(f"{type(self).__name__} averages {'/'.join(sorted(accepted))} gradients, "
                             f"but the model's are {'/'.join(sorted(devices))} arrays: pick a communicator for "
                             f"that device (CPU: two_dimensional, ...; GPU: pure_nccl, non_cuda_aware) or move "
-                            f"the model (model.to_cpu() / model.to_gpu())")
+                            f"the whole model (model.to_cpu() / model.to_gpu())")
         if self.size == 1:
             # The mean over one rank is the gradient itself: no packing, no copy
             # (and no rounding through a narrower allreduce_grad_dtype).
@@ -166,7 +182,20 @@ class MpiCommunicator(CommunicatorBase):
                 self._layouts.clear()
             layout = self._layouts[key] = packing.build_layout(params, sig, wire)
         if layout.groups:
-            self._reducer.mean(layout, params)
+            self._reducer_for(devices.pop()).mean(layout, params)
+
+    def _reducer_for(self, device):
+        """The strategy for gradients of array module ``device`` (created on first use; collective)."""
+        reducer = self._reducers.get(device)
+        if reducer is None:
+            if self._finalized:
+                raise RuntimeError(f"{type(self).__name__} was finalized; create a new communicator")
+            make = self.reducers[device]
+            if isinstance(make, str):
+                module, _, attr = make.partition(":")
+                make = getattr(importlib.import_module(module), attr)
+            reducer = self._reducers[device] = make(self._comm, self._topo, self._config)
+        return reducer
 
     def _agree_on_params(self, sig, what, key=None):
         """Raise the same error on every rank unless all ranks have the same params/gradients."""

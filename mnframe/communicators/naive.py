@@ -35,6 +35,6 @@ class NaiveReducer(GradReducer):
 
 
 class NaiveCommunicator(MpiCommunicator):
-    """Per-parameter MPI allreduce; works on any placement, CPU arrays."""
+    """Per-parameter MPI allreduce; works on any placement, CPU or GPU arrays."""
 
-    reducer_class = NaiveReducer
+    reducers = {"numpy": NaiveReducer, "cupy": "mnframe.communicators.device_reducers:NaiveDeviceReducer"}

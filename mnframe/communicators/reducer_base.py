@@ -38,9 +38,10 @@ class Buffer:
 class GradReducer:
     """Averages gradients over ``mpi_comm``; subclasses implement ``reduce``."""
 
-    def __init__(self, mpi_comm, topology):
+    def __init__(self, mpi_comm, topology, options=None):
         self.comm = mpi_comm
         self.topo = topology
+        self.options = {} if options is None else options  # the communicator's live config
         self._buffers = collections.OrderedDict()
 
     # -- what a strategy provides

@@ -1,4 +1,4 @@
-"""``single_node``: all ranks on one node; one fused shared-memory pass.
+"""``single_node``: all ranks on one node; one fused shared-memory pass (NCCL on GPUs).
 
 The same algorithm as two_dimensional on one node. Created on several nodes it
 raises (on every rank alike, since all ranks see the same topology).
@@ -7,16 +7,29 @@ from mnframe.communicators.mpi_communicator import MpiCommunicator
 from mnframe.communicators.two_dimensional import TwoDimensionalReducer
 
 
+def require_one_node(topology):
+    if topology.inter_size != 1:
+        raise ValueError(
+            f"single_node communicator needs every rank on one node, but the ranks span "
+            f"{topology.inter_size} nodes; use 'two_dimensional' or 'hierarchical' instead")
+
+
 class SingleNodeReducer(TwoDimensionalReducer):
-    def __init__(self, mpi_comm, topology):
-        if topology.inter_size != 1:
-            raise ValueError(
-                f"single_node communicator needs every rank on one node, but the ranks span "
-                f"{topology.inter_size} nodes; use 'two_dimensional' or 'hierarchical' instead")
-        super().__init__(mpi_comm, topology)
+    def __init__(self, mpi_comm, topology, options=None):
+        require_one_node(topology)
+        super().__init__(mpi_comm, topology, options)
 
 
 class SingleNodeCommunicator(MpiCommunicator):
-    """One node only: fused shared-memory reduce-scatter + allgather."""
+    """One node only: fused shared-memory reduce-scatter + allgather (NCCL allreduce on GPUs)."""
 
-    reducer_class = SingleNodeReducer
+    reducers = {"numpy": SingleNodeReducer,
+                "cupy": "mnframe.communicators.device_reducers:NcclSingleNodeReducer"}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        try:
+            require_one_node(self._topo)
+        except ValueError:
+            self._topo.free()
+            raise

@@ -128,4 +128,5 @@ class TwoDimensionalReducer(ShmReducer):
 class TwoDimensionalCommunicator(MpiCommunicator):
     """Reduce-scatter in the node (shared memory), allreduce per slice across nodes, allgather."""
 
-    reducer_class = TwoDimensionalReducer
+    reducers = {"numpy": TwoDimensionalReducer,
+                "cupy": "mnframe.communicators.device_reducers:NcclTwoDimensionalReducer"}

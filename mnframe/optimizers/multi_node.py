@@ -15,9 +15,29 @@ behave exactly as on the wrapped optimizer. It adds two things:
 A step whose gradients were computed from parameters that were not yet
 synchronised (new lazy parameters appeared in this forward) only broadcasts and
 skips the update, as ChainerMN does: those gradients belong to other weights.
-With ``double_buffering=True`` see :mod:`mnframe.optimizers.double_buffering`.
+With ``double_buffering=True`` see :mod:`mnframe.optimizers.double_buffering`
+(non-blocking MPI, any device) and :mod:`mnframe.optimizers.double_buffering_nccl`
+(NCCL on a side CUDA stream, for communicators that declare
+``double_buffering = "nccl"``).
 """
+import importlib
+
 from mnframe.optimizers.double_buffering import StaleGradientAverager
+
+# a communicator's ``double_buffering`` attribute -> the averager that overlaps its exchange
+AVERAGERS = {
+    "mpi": StaleGradientAverager,
+    "nccl": "mnframe.optimizers.double_buffering_nccl:StreamStaleAverager",
+}
+
+
+def _averager(communicator):
+    make = AVERAGERS[getattr(communicator, "double_buffering", "mpi")]
+    if isinstance(make, str):
+        module, _, attr = make.partition(":")
+        make = getattr(importlib.import_module(module), attr)
+    return make(communicator)
+
 
 _OWN = ("actual_optimizer", "communicator", "zero_fill", "_synced_layout", "_averager")
 
@@ -125,7 +145,8 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
         double_buffering: overlap the averaging of step t with step t+1; the
             update at step t then uses the average of step t-1's gradients (one
             step stale; the first step after a broadcast makes no update).
-            Works on CPU and GPU communicators through non-blocking MPI.
+            pure_nccl overlaps on a separate CUDA stream; every other
+            communicator through non-blocking MPI (CPU and GPU).
         zero_fill: unused initialised parameters contribute zero gradients
             (otherwise they are skipped by the communicator).
     """
@@ -136,5 +157,5 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     if missing:
         raise TypeError(f"create_multi_node_optimizer: communicator lacks {missing}; pass the result of "
                         f"mnframe.create_communicator(...)")
-    averager = StaleGradientAverager(communicator) if double_buffering else None
+    averager = _averager(communicator) if double_buffering else None
     return _MultiNodeOptimizer(actual_optimizer, communicator, zero_fill, averager)

@@ -1,0 +1,99 @@
+"""Double buffering on GPUs: NCCL averages step t's gradients on a side CUDA stream.
+
+The schedule is the one of :mod:`mnframe.optimizers.double_buffering` (every
+update uses the previous step's averaged gradients). Here, as in ChainerMN,
+the exchange runs on its own CUDA stream, so it overlaps the next step's
+forward and backward on the GPU without any host thread:
+
+    main stream:  pack g_t (scaled by 1/size) into buffer t%2 -> record ``packed``
+    side stream:  wait ``packed`` -> ncclAllReduce(buffer t%2) -> record ``done``
+    main stream:  wait ``done`` of step t-1 -> param.grad = views of buffer (t-1)%2
+
+Two device buffers alternate: step t packs into one while the other, in flight
+since step t-1, is unpacked. The ranks check that they hold the same gradients
+before every exchange (a mismatch would make NCCL wait forever). Used by
+``create_multi_node_optimizer(double_buffering=True)`` with communicators whose
+``double_buffering`` is ``"nccl"`` (pure_nccl). CuPy is imported on creation.
+"""
+import numpy as np
+
+from mnframe.communicators import packing
+from mnframe.communicators.device_packing import DevicePacker
+from mnframe.communicators.nccl_ops import NcclGroup
+from mnframe.runtime import oplog
+
+
+class StreamStaleAverager:
+    """Averages gradients one step late with NCCL on a separate CUDA stream."""
+
+    def __init__(self, communicator):
+        import cupy
+        self.communicator = communicator
+        self._cupy = cupy
+        self._stream = cupy.cuda.Stream(non_blocking=True)
+        self._nccl = None     # created at the first exchange (collective)
+        self._packer = DevicePacker(cupy)
+        self._slots = {}      # layout key -> [buffer, buffer]
+        self._step = 0
+        self._pending = None  # (layout, slot buffer, params, done event)
+
+    def exchange(self, target):
+        """Start averaging this step's gradients; put last step's mean in ``param.grad``.
+
+        Returns True when ``param.grad`` now holds an average to update with,
+        False on the first step after a (re)start.
+        """
+        comm = self.communicator
+        params, sig = packing.describe(target, zero_fill=True)
+        wire = comm.get_config("allreduce_grad_dtype")
+        key = packing.signature_key(sig, wire)
+        comm._agree_on_params(sig, "double_buffering", key)
+        layout = packing.build_layout(params, sig, wire)
+        if self._nccl is None:
+            self._nccl = NcclGroup(comm.mpi_comm, "double_buffering")
+        buf = self._slot(layout)
+        groups = layout.group_arrays(buf)
+        self._packer.pack(layout, groups, layout.entry_views(buf), params, 1.0 / comm.size,
+                          bool(comm.get_config("batched_copy")))
+        main = self._cupy.cuda.get_current_stream()
+        packed = main.record()
+        had_previous = self._pending is not None
+        if had_previous:
+            self._finish(main)
+        self._stream.wait_event(packed)
+        with self._stream:
+            for arr in groups:
+                self._nccl.allreduce(arr)
+            done = self._stream.record()
+        self._pending = (layout, buf, params, done)
+        self._step += 1
+        return had_previous
+
+    def reset(self):
+        """Wait for and drop the average in flight (parameters are about to change)."""
+        if self._pending is not None:
+            with oplog.op("double_buffering.wait"):
+                self._pending[3].synchronize()
+            self._pending = None
+
+    def _slot(self, layout):
+        slots = self._slots.get(layout.key)
+        if slots is None:
+            if len(self._slots) >= 2:  # a model whose parameters changed: drop the old buffers
+                self._slots.clear()
+            slots = self._slots[layout.key] = [
+                self._cupy.empty(max(1, layout.nbytes), dtype=np.uint8) for _ in range(2)]
+        return slots[self._step % 2]
+
+    def _finish(self, main):
+        layout, buf, params, done = self._pending
+        main.wait_event(done)  # the update below runs after the allreduce on the GPU
+        self._packer.unpack(layout, layout.group_arrays(buf), layout.entry_views(buf), params,
+                            bool(self.communicator.get_config("batched_copy")))
+        self._pending = None
+
+    def close(self):
+        self.reset()
+        if self._nccl is not None:
+            self._nccl.close()
+            self._nccl = None

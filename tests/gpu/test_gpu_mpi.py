@@ -1,0 +1,53 @@
+"""Run tests/gpu/mpi/* under mpiexec on a GPU machine, with a hard timeout.
+
+Strategies without NCCL (non_cuda_aware, flat, naive, dummy) run with several
+ranks on any number of GPUs (ranks may share one). NCCL refuses two ranks on
+one GPU, so the NCCL strategies run with one rank per GPU and skip, saying so,
+on a machine with a single GPU. MNFRAME_FAKE_NODE_SIZE splits the ranks into
+fake nodes so the between-node paths (MPI, host staging) run on one machine.
+"""
+from pathlib import Path
+
+import pytest
+
+from mnframe.communicators import registry
+from mnframe.testing import run_mpi
+
+
+def gpu_count():
+    if registry.cuda_problem():
+        return 0
+    import cupy
+    return cupy.cuda.runtime.getDeviceCount()
+
+
+HERE = Path(__file__).parent
+HOST_NAMES = "non_cuda_aware,flat,naive,dummy"
+NCCL_NAMES = "pure_nccl,hierarchical,two_dimensional,single_node"
+
+# (id, module, ranks, environment, GPUs needed)
+CASES = [
+    ("host-2", "test_gpu_comm.py", 2, {"MNFRAME_GPU_NAMES": HOST_NAMES}, 1),
+    ("host-3", "test_gpu_comm.py", 3, {"MNFRAME_GPU_NAMES": HOST_NAMES}, 1),
+    ("host-2x2nodes", "test_gpu_comm.py", 4, {"MNFRAME_GPU_NAMES": "non_cuda_aware,flat",
+                                              "MNFRAME_FAKE_NODE_SIZE": "2"}, 1),
+    ("train-host-2", "test_gpu_train.py", 2, {"MNFRAME_GPU_NAMES": "non_cuda_aware"}, 1),
+    ("nccl-2", "test_gpu_comm.py", 2, {"MNFRAME_GPU_NAMES": NCCL_NAMES}, 2),
+    ("nccl-2x2nodes", "test_gpu_comm.py", 4, {"MNFRAME_GPU_NAMES": "hierarchical,two_dimensional,pure_nccl",
+                                              "MNFRAME_FAKE_NODE_SIZE": "2"}, 4),
+    ("train-nccl-2", "test_gpu_train.py", 2, {"MNFRAME_GPU_NAMES": "pure_nccl"}, 2),
+]
+
+
+@pytest.mark.parametrize("module,n,env,gpus", [pytest.param(*c[1:], id=c[0]) for c in CASES])
+def test_gpu_mpi_module(module, n, env, gpus):
+    have = gpu_count()
+    if have < gpus:
+        pytest.skip(f"needs {gpus} GPUs (NCCL runs one rank per GPU), this machine has {have}")
+    path = HERE / "mpi" / module
+    result = run_mpi(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
+                      "--rootdir", str(path.parent), "-c", "/dev/null", str(path)],
+                     n=n, timeout=300, env=env, cwd=str(HERE.parent.parent))
+    if result.timed_out:
+        pytest.fail(f"{module} with {n} ranks timed out\n{result.output[-6000:]}")
+    assert result.returncode == 0, f"{module} with {n} ranks exited {result.returncode}\n{result.output[-8000:]}"
