@@ -18,6 +18,9 @@ import functools
 import numpy as np
 
 _CTYPE = {np.dtype(np.float16): "float16", np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+# Every kernel takes an unused float16 argument (``f16tag``): CuPy >= 14 defines its
+# ``float16`` C type only in kernels with a float16 argument, and the casts below
+# name it even when neither side of the copy is float16 (then it is harmless).
 _SEARCH = """
     int lo = 0, hi = n - 1;  // the table entry holding element i: starts[lo] <= i < starts[lo + 1]
     while (lo < hi) { int mid = (lo + hi + 1) >> 1; if (starts[mid] <= i) lo = mid; else hi = mid - 1; }
@@ -51,7 +54,7 @@ def _gather_kernel(src, dst):
     out[offsets[lo] + k] = ({d})(({through})(v * ({acc})scale));
     """
     return cupy.ElementwiseKernel(
-        "raw uint64 ptrs, raw int64 starts, raw int64 offsets, int32 n, float64 scale",
+        "raw uint64 ptrs, raw int64 starts, raw int64 offsets, int32 n, float64 scale, raw float16 f16tag",
         f"raw {np.dtype(dst).name} out", body, f"mnframe_pack_{np.dtype(src).name}_{np.dtype(dst).name}")
 
 
@@ -67,7 +70,7 @@ def _scatter_kernel(src, dst):
     """
     # ``buf`` is only read; it is declared as the output so every argument can be raw
     return cupy.ElementwiseKernel(
-        "raw uint64 ptrs, raw int64 starts, raw int64 offsets, int32 n",
+        "raw uint64 ptrs, raw int64 starts, raw int64 offsets, int32 n, raw float16 f16tag",
         f"raw {np.dtype(src).name} buf", body, f"mnframe_unpack_{np.dtype(src).name}_{np.dtype(dst).name}")
 
 
@@ -88,6 +91,7 @@ class DevicePacker:
 
     def __init__(self, cupy):
         self._cupy = cupy
+        self._f16tag = cupy.zeros(1, dtype=np.float16)
         self._tables = {}  # (layout key, direction) -> {(group, src dtype, dst dtype): _Table}
 
     # ---- pack
@@ -103,9 +107,9 @@ class DevicePacker:
                 dst.fill(0)
             elif grad is dst:
                 if scale != 1:
-                    dst *= dst.dtype.type(scale)
-            elif scale != 1:
-                cupy.multiply(grad, grad.dtype.type(scale), out=dst)
+                    dst *= float(scale)
+            elif scale != 1:  # computed in the wider of the two dtypes (float16 grads, float32 wire)
+                cupy.multiply(grad, float(scale), out=dst, dtype=np.promote_types(grad.dtype, dst.dtype))
             else:
                 dst[...] = grad
 
@@ -127,7 +131,7 @@ class DevicePacker:
                     keep.append(grad)
                 ptrs[j] = grad.data.ptr
             _gather_kernel(src, dst)(self._cupy.asarray(ptrs), t.starts, t.offsets, np.int32(t.n),
-                                     float(scale), groups[gi], size=t.total)
+                                     float(scale), self._f16tag, groups[gi], size=t.total)
         del keep
 
     # ---- unpack
@@ -158,7 +162,7 @@ class DevicePacker:
         for (gi, src, dst), t in tables.items():
             ptrs = np.fromiter((params[e.index][1].grad.data.ptr for e in t.entries), dtype=np.uint64, count=t.n)
             _scatter_kernel(src, dst)(self._cupy.asarray(ptrs), t.starts, t.offsets, np.int32(t.n),
-                                      groups[gi], size=t.total)
+                                      self._f16tag, groups[gi], size=t.total)
 
     # ---- tables
     def _build(self, layout, items, param_dtype, pack):

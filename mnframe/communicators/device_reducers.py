@@ -256,5 +256,5 @@ class NaiveDeviceReducer(GradReducer):
                 wire = (cupy.zeros(e.shape, dtype=g.dtype) if p.grad is None
                         else cupy.array(p.grad, dtype=g.dtype, order="C"))
                 self._sum(wire)
-                wire *= wire.dtype.type(scale)
+                wire *= float(scale)
                 p.grad = wire if wire.dtype == p.array.dtype else wire.astype(p.array.dtype)

@@ -4,7 +4,13 @@
 ``mpi_comm`` (rank 0 makes the unique id, MPI broadcasts it) and offers the
 collectives the GPU reducers need, on CuPy arrays and the current CUDA stream.
 CuPy is imported when a group is created, never at module import.
+
+Creation never leaves a rank waiting: whether NCCL loads, whether two ranks
+of the group share a GPU (NCCL does not support that and may hang) and whether
+rank 0 got a unique id are decided together, and every rank raises the same error.
 """
+import socket
+
 import numpy as np
 
 from mnframe.runtime import oplog
@@ -25,14 +31,20 @@ class NcclGroup:
 
     def __init__(self, mpi_comm, what="nccl"):
         import cupy
-        try:
-            from cupy.cuda import nccl
-        except ImportError as e:
-            raise RuntimeError(f"{what}: GPU gradients need NCCL, which CuPy cannot load ({e}); install "
-                               f"it (pip install nvidia-nccl-cu12) or use communicator non_cuda_aware") from e
-        self._cupy, self._nccl = cupy, nccl
+        self._cupy = cupy
         self.size, self.rank = mpi_comm.size, mpi_comm.rank
-        uid = nccl.get_unique_id() if mpi_comm.rank == 0 else None
+        self.comm = None
+        nccl, problem = _load_nccl()
+        uid = None
+        if problem is None and mpi_comm.rank == 0:
+            try:
+                uid = nccl.get_unique_id()
+            except Exception as e:
+                problem = f"ncclGetUniqueId failed on rank 0 ({type(e).__name__}: {e})"
+        with oplog.op(f"{what}:check"):
+            seen = mpi_comm.allgather((problem, _gpu_identity(cupy)))
+        _raise_if_unusable(what, seen)
+        self._nccl = nccl
         with oplog.op(f"{what}:init"):
             uid = mpi_comm.bcast(uid, root=0)
             self.comm = nccl.NcclCommunicator(mpi_comm.size, uid, mpi_comm.rank)
@@ -84,3 +96,40 @@ class NcclGroup:
         if self.comm is not None:
             self.comm.destroy()
             self.comm = None
+
+
+def _load_nccl():
+    """(module, None) or (None, why not): CuPy sets ``nccl.available`` False instead of raising."""
+    try:
+        from cupy.cuda import nccl
+    except ImportError as e:
+        return None, f"CuPy cannot load NCCL ({e})"
+    if not getattr(nccl, "available", True):
+        return None, "CuPy was built or installed without NCCL"
+    return nccl, None
+
+
+def _gpu_identity(cupy):
+    """(host, PCI bus id or device number) of this rank's current GPU."""
+    dev = cupy.cuda.Device()
+    try:
+        ident = dev.pci_bus_id
+    except Exception:  # an old CuPy: the ordinal still tells ranks of one process set apart
+        ident = str(dev.id)
+    return socket.gethostname(), ident
+
+
+def _raise_if_unusable(what, seen):
+    """Raise the same error on every rank unless NCCL loads everywhere and no two ranks share a GPU."""
+    problems = [f"rank {r}: {p}" for r, (p, _) in enumerate(seen) if p]
+    if problems:
+        raise RuntimeError(f"{what}: NCCL is not usable ({'; '.join(problems)}). Install it "
+                           f"(pip install nvidia-nccl-cu12) or use communicator non_cuda_aware")
+    owners = {}
+    for r, (_, gpu) in enumerate(seen):
+        owners.setdefault(gpu, []).append(r)
+    shared = {gpu: ranks for gpu, ranks in owners.items() if len(ranks) > 1}
+    if shared:
+        text = "; ".join(f"ranks {ranks} on GPU {gpu[1]} of {gpu[0]}" for gpu, ranks in shared.items())
+        raise RuntimeError(f"{what}: NCCL needs one GPU per rank, but {text}. Start at most one rank per "
+                           f"GPU, or use communicator non_cuda_aware (averages through host memory)")

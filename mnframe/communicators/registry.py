@@ -62,9 +62,11 @@ def cuda_problem(needs_nccl=False):
         return "no CUDA device is visible"
     if needs_nccl:
         try:
-            from cupy.cuda import nccl  # noqa: F401
+            from cupy.cuda import nccl
         except Exception as e:
             return f"NCCL is not available through CuPy ({e})"
+        if not getattr(nccl, "available", True):  # CuPy sets this instead of raising
+            return "CuPy was built or installed without NCCL"
     return None
 
 

@@ -84,12 +84,10 @@ class _NcclExchange:
             own = getattr(self.comm, "nccl_comm", None)
             if own is not None:
                 self._nccl_comm = own
-            else:
-                from cupy.cuda import nccl
-                mpi_comm = collectives.mpi_comm_of(self.comm)
-                uid = nccl.get_unique_id() if mpi_comm.Get_rank() == 0 else None
-                uid = collectives.bcast_obj(self.comm, uid, name="mnbn.nccl_uid")
-                self._nccl_comm = nccl.NcclCommunicator(mpi_comm.Get_size(), uid, mpi_comm.Get_rank())
+            else:  # checks on every rank together that NCCL loads and no two ranks share a GPU
+                from mnframe.communicators.nccl_ops import NcclGroup
+                self._group = NcclGroup(collectives.mpi_comm_of(self.comm), "mnbn")
+                self._nccl_comm = self._group.comm
         return self._nccl_comm
 
     def allgather(self, xp, array):

@@ -48,6 +48,11 @@ class StreamStaleAverager:
         wire = comm.get_config("allreduce_grad_dtype")
         key = packing.signature_key(sig, wire)
         comm._agree_on_params(sig, "double_buffering", key)
+        devices = {s[4] for s in sig}  # the same on every rank: the signatures just agreed
+        if devices != {"cupy"}:
+            raise TypeError(f"double buffering with {type(comm).__name__} averages CuPy gradients on a CUDA "
+                            f"stream, but the model's are {'/'.join(sorted(devices))} arrays: move the model "
+                            f"to the GPU (model.to_device('@cupy:N')) or use a CPU communicator")
         layout = packing.build_layout(params, sig, wire)
         if self._nccl is None:
             self._nccl = NcclGroup(comm.mpi_comm, "double_buffering")

@@ -17,7 +17,8 @@ NAMES = [n for n in os.environ.get("MNFRAME_GPU_NAMES", "").split(",") if n]
 
 
 def _model(cupy, dtype, rank):
-    model = chainer.Sequential(L.Linear(9, 7), L.Linear(7, 3))  # 9*7+7+7*3+3 = 94 elements: odd slices
+    with chainer.using_config("dtype", np.dtype(dtype)):  # parameters (and so gradients) of ``dtype``
+        model = chainer.Sequential(L.Linear(9, 7), L.Linear(7, 3))  # 9*7+7+7*3+3 = 94 elements: odd slices
     model.to_device(chainer.get_device(f"@cupy:{cupy.cuda.Device().id}"))
     rs = np.random.RandomState(5)
     base = {}
