@@ -26,6 +26,17 @@ def test_digits_split_is_fixed_and_scaled():
         np.testing.assert_array_equal(a, b)
 
 
+def test_digits_read_without_sklearn_equal_load_digits(monkeypatch):
+    """The bundled CSV read directly (no 1 s sklearn import) gives load_digits()'s data and split."""
+    assert mnist_data._digits_file() is not None
+    fast = mnist_data.get_datasets('digits')
+    monkeypatch.setattr(mnist_data, '_digits_file', lambda: None)  # the load_digits() fallback
+    slow = mnist_data.get_datasets('digits')
+    for a, b in zip(fast, slow):
+        for x, y in zip(_arrays(a), _arrays(b)):
+            np.testing.assert_array_equal(x, y)
+
+
 def test_mnist_reads_chainer_layout(tmp_path):
     rng = np.random.RandomState(0)
     for name, n in (('train', 6), ('test', 4)):
