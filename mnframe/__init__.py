@@ -4,8 +4,6 @@
 resolved lazily from the table below, so importing mnframe costs almost nothing
 and CUDA/NCCL code is only imported when a GPU path is actually used.
 """
-import importlib
-
 from mnframe import _numpy_compat
 
 _numpy_compat.apply()
@@ -44,11 +42,9 @@ def __getattr__(name):
     target = _EXPORTS.get(name)
     if target is None:
         raise AttributeError(f"module 'mnframe' has no attribute {name!r}")
-    module_name, _, attr = target.partition(":")
-    value = importlib.import_module(module_name)
-    if attr:
-        value = getattr(value, attr)
-    globals()[name] = value  # cache: the next lookup is a plain dict hit
+    from mnframe._lazy import resolve  # the lazy-table helper (import-light)
+
+    value = globals()[name] = resolve(target)  # cache: the next lookup is a plain dict hit
     return value
 
 

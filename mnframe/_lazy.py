@@ -7,6 +7,16 @@ code stay unimported on machines without CUDA.
 import importlib
 
 
+def resolve(target):
+    """``target`` itself, or for a ``"module:attribute"`` string that attribute
+    (the module when there is no attribute), imported now."""
+    if not isinstance(target, str):
+        return target
+    module_name, _, attr = target.partition(":")
+    value = importlib.import_module(module_name)
+    return getattr(value, attr) if attr else value
+
+
 def lazy_exports(package_name, table):
     """Return (__getattr__, __dir__, __all__) for a package exporting ``table``."""
     namespace = importlib.import_module(package_name).__dict__
@@ -15,11 +25,7 @@ def lazy_exports(package_name, table):
         target = table.get(name)
         if target is None:
             raise AttributeError(f"module {package_name!r} has no attribute {name!r}")
-        module_name, _, attr = target.partition(":")
-        value = importlib.import_module(module_name)
-        if attr:
-            value = getattr(value, attr)
-        namespace[name] = value
+        value = namespace[name] = resolve(target)
         return value
 
     names = sorted(table)

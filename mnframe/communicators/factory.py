@@ -1,13 +1,8 @@
 """``create_communicator``: a name from the registry table -> a communicator instance."""
 import difflib
-import importlib
 
+from mnframe._lazy import resolve as _resolve  # "module:Class" -> the class
 from mnframe.communicators import config, registry
-
-
-def _resolve(path):
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 def _check_name(name):

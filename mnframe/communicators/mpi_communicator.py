@@ -9,11 +9,10 @@ never load on CPU jobs). A strategy is created the first time gradients of its
 module are averaged; that is collective, and every rank reaches it at the same
 call because the ranks have just agreed on the gradients' signature.
 """
-import importlib
-
 import numpy as np
 from mpi4py import MPI
 
+from mnframe._lazy import resolve
 from mnframe.communicators import config, object_ops, packing, topology
 from mnframe.communicators import p2p_collectives as pc
 from mnframe.communicators.base import CommunicatorBase
@@ -190,10 +189,7 @@ class MpiCommunicator(CommunicatorBase):
         if reducer is None:
             if self._finalized:
                 raise RuntimeError(f"{type(self).__name__} was finalized; create a new communicator")
-            make = self.reducers[device]
-            if isinstance(make, str):
-                module, _, attr = make.partition(":")
-                make = getattr(importlib.import_module(module), attr)
+            make = resolve(self.reducers[device])
             reducer = self._reducers[device] = make(self._comm, self._topo, self._config)
         return reducer
 

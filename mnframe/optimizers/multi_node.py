@@ -20,8 +20,7 @@ With ``double_buffering=True`` see :mod:`mnframe.optimizers.double_buffering`
 (NCCL on a side CUDA stream, for communicators that declare
 ``double_buffering = "nccl"``).
 """
-import importlib
-
+from mnframe._lazy import resolve
 from mnframe.optimizers.double_buffering import StaleGradientAverager
 
 # a communicator's ``double_buffering`` attribute -> the averager that overlaps its exchange
@@ -32,11 +31,7 @@ AVERAGERS = {
 
 
 def _averager(communicator):
-    make = AVERAGERS[getattr(communicator, "double_buffering", "mpi")]
-    if isinstance(make, str):
-        module, _, attr = make.partition(":")
-        make = getattr(importlib.import_module(module), attr)
-    return make(communicator)
+    return resolve(AVERAGERS[getattr(communicator, "double_buffering", "mpi")])(communicator)
 
 
 _OWN = ("actual_optimizer", "communicator", "zero_fill", "_synced_layout", "_averager")

@@ -5,13 +5,13 @@ Each rank uses GPU ``world rank % device count`` (fake nodes restart
 are enough). A failing rank prints its report and aborts the job, as in tests/mpi.
 """
 import os
-import sys
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
 import mnframe  # noqa: E402,F401  (before chainer: NumPy 2 shim)
+from mnframe.testing.mpi_pytest import *  # noqa: E402,F401,F403  (abort on failure, same order)
 
 
 @pytest.fixture(scope="session")
@@ -25,16 +25,3 @@ def cupy():
 @pytest.fixture(scope="session")
 def names():
     return [n for n in os.environ["MNFRAME_GPU_NAMES"].split(",") if n]
-
-
-def pytest_runtest_logreport(report):
-    if report.failed:
-        from mpi4py import MPI
-        sys.stderr.write(f"\n===== rank {MPI.COMM_WORLD.rank}: {report.nodeid} FAILED ({report.when}) =====\n")
-        sys.stderr.write(report.longreprtext + "\n")
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(1)
-
-
-def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.nodeid)
