@@ -75,15 +75,15 @@ def _scatter_kernel(src, dst):
 
 
 class _Table:
-    """Static part of one batched copy: which entries, their element starts and buffer offsets."""
+    """Static part of one batched copy: which entries, their element starts and group offsets."""
 
-    def __init__(self, cupy, entries, offsets):
+    def __init__(self, cupy, entries):
         sizes = [e.size for e in entries]
         self.entries = entries
         self.n = len(entries)
         self.total = int(sum(sizes))
         self.starts = cupy.asarray(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
-        self.offsets = cupy.asarray(np.asarray(offsets, dtype=np.int64))
+        self.offsets = cupy.asarray(np.array([e.offset for e in entries], dtype=np.int64))
 
 
 class DevicePacker:
@@ -116,8 +116,7 @@ class DevicePacker:
     def _pack_batched(self, layout, groups, views, params, scale):
         tables = self._tables.get((layout.key, "pack"))
         if tables is None:
-            tables = self._tables[(layout.key, "pack")] = self._build(
-                layout, views, lambda e, wire: params[e.index][1].array.dtype, pack=True)
+            tables = self._tables[(layout.key, "pack")] = self._build(views, params, pack=True)
         keep = []  # contiguous copies of non-contiguous gradients, alive until the kernel is queued
         for (gi, src, dst), t in tables.items():
             ptrs = np.empty(t.n, dtype=np.uint64)
@@ -157,21 +156,20 @@ class DevicePacker:
     def _unpack_batched(self, layout, groups, casts, params):
         tables = self._tables.get((layout.key, "unpack"))
         if tables is None:
-            tables = self._tables[(layout.key, "unpack")] = self._build(
-                layout, casts, lambda e, wire: params[e.index][1].array.dtype, pack=False)
+            tables = self._tables[(layout.key, "unpack")] = self._build(casts, params, pack=False)
         for (gi, src, dst), t in tables.items():
             ptrs = np.fromiter((params[e.index][1].grad.data.ptr for e in t.entries), dtype=np.uint64, count=t.n)
             _scatter_kernel(src, dst)(self._cupy.asarray(ptrs), t.starts, t.offsets, np.int32(t.n),
                                       self._f16tag, groups[gi], size=t.total)
 
     # ---- tables
-    def _build(self, layout, items, param_dtype, pack):
+    def _build(self, items, params, pack):
+        """{(group, source dtype, destination dtype): _Table}: params -> wire when packing, else back."""
         by_key = {}
         for e, _, wire, gi in items:
-            pd = np.dtype(param_dtype(e, wire))
-            key = (gi, pd, np.dtype(wire)) if pack else (gi, np.dtype(wire), pd)
-            by_key.setdefault(key, []).append(e)
-        return {key: _Table(self._cupy, entries, [e.offset for e in entries]) for key, entries in by_key.items()}
+            own, wire = params[e.index][1].array.dtype, np.dtype(wire)
+            by_key.setdefault((gi, own, wire) if pack else (gi, wire, own), []).append(e)
+        return {key: _Table(self._cupy, entries) for key, entries in by_key.items()}
 
     def forget(self, layout):
         self._tables.pop((layout.key, "pack"), None)

@@ -57,19 +57,13 @@ class DeviceReducer(GradReducer):
     def mean(self, layout, params):
         buffer = self._buffer(layout)
         views = buffer.entry_views(layout)
-        groups = self._groups(layout, buffer)
+        groups = buffer.group_views(layout)
         batched = bool(self.options.get("batched_copy"))
         scale = 1.0 / self.comm.size if self.prescale else 1.0
         self._packer.pack(layout, groups, views, params, scale, batched)
         self.reduce(layout, buffer)
         self._packer.unpack(layout, groups, views, params, batched)
         buffer.params = params
-
-    @staticmethod
-    def _groups(layout, buffer):
-        if getattr(buffer, "groups", None) is None:
-            buffer.groups = layout.group_arrays(buffer.buf)
-        return buffer.groups
 
     def _drop(self, buffer):
         self._packer.forget(buffer.layout)
@@ -123,7 +117,7 @@ class NcclAllReducer(DeviceReducer):
         return mpi_comm
 
     def reduce(self, layout, buffer):
-        for arr in self._groups(layout, buffer):
+        for arr in buffer.group_views(layout):
             self._nccl.allreduce(arr)
 
     def close(self):
@@ -150,7 +144,7 @@ class NcclHierarchicalReducer(DeviceReducer):
         self._between = InterNodeSum(topology.inter_comm, aware) if topology.inter_size > 1 else None
 
     def reduce(self, layout, buffer):
-        for arr in self._groups(layout, buffer):
+        for arr in buffer.group_views(layout):
             self._hierarchical(arr)
 
     def _hierarchical(self, arr):
@@ -173,7 +167,7 @@ class NcclTwoDimensionalReducer(NcclHierarchicalReducer):
 
     def reduce(self, layout, buffer):
         topo = self.topo
-        for arr in self._groups(layout, buffer):
+        for arr in buffer.group_views(layout):
             if self._between is None or not topo.uniform:
                 self._hierarchical(arr)
                 continue
@@ -228,7 +222,7 @@ class MpiDeviceReducer(DeviceReducer):
         self._sum = InterNodeSum(mpi_comm, aware=True)
 
     def reduce(self, layout, buffer):
-        for arr in self._groups(layout, buffer):
+        for arr in buffer.group_views(layout):
             self._sum(arr)
 
 

@@ -25,11 +25,18 @@ class Buffer:
         self.buf = buf
         self.params = None  # the params last unpacked into it (for release)
         self.views = None   # layout.entry_views(buf), built on first use
+        self.groups = None  # layout.group_arrays(buf), built on first use
 
     def entry_views(self, layout):
         if self.views is None:
             self.views = layout.entry_views(self.buf)
         return self.views
+
+    def group_views(self, layout):
+        """This rank's typed 1-d array of every dtype group (cached)."""
+        if self.groups is None:
+            self.groups = layout.group_arrays(self.buf)
+        return self.groups
 
     def free(self):
         self.buf = None

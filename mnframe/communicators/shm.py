@@ -41,7 +41,7 @@ class SharedSegments(Buffer):
         return self.peer_groups
 
     def free(self):
-        self.segments = self.peer_groups = self.views = self.buf = None
+        self.segments = self.peer_groups = self.views = self.groups = self.buf = None
         self.win.Unlock_all()
         with oplog.op("shm:free"):
             self.win.Free()

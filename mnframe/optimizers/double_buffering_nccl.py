@@ -20,6 +20,7 @@ import numpy as np
 from mnframe.communicators import packing
 from mnframe.communicators.device_packing import DevicePacker
 from mnframe.communicators.nccl_ops import NcclGroup
+from mnframe.communicators.reducer_base import Buffer
 from mnframe.runtime import oplog
 
 
@@ -33,7 +34,7 @@ class StreamStaleAverager:
         self._stream = cupy.cuda.Stream(non_blocking=True)
         self._nccl = None     # created at the first exchange (collective)
         self._packer = DevicePacker(cupy)
-        self._slots = {}      # layout key -> [buffer, buffer]
+        self._slots = {}      # layout key -> (layout, [Buffer, Buffer])
         self._step = 0
         self._pending = None  # (layout, slot buffer, params, done event)
 
@@ -53,12 +54,11 @@ class StreamStaleAverager:
             raise TypeError(f"double buffering with {type(comm).__name__} averages CuPy gradients on a CUDA "
                             f"stream, but the model's are {'/'.join(sorted(devices))} arrays: move the model "
                             f"to the GPU (model.to_device('@cupy:N')) or use a CPU communicator")
-        layout = packing.build_layout(params, sig, wire)
         if self._nccl is None:
             self._nccl = NcclGroup(comm.mpi_comm, "double_buffering")
-        buf = self._slot(layout)
-        groups = layout.group_arrays(buf)
-        self._packer.pack(layout, groups, layout.entry_views(buf), params, 1.0 / comm.size,
+        layout, buf = self._slot(key, params, sig, wire)
+        groups = buf.group_views(layout)
+        self._packer.pack(layout, groups, buf.entry_views(layout), params, 1.0 / comm.size,
                           bool(comm.get_config("batched_copy")))
         main = self._cupy.cuda.get_current_stream()
         packed = main.record()
@@ -81,19 +81,22 @@ class StreamStaleAverager:
                 self._pending[3].synchronize()
             self._pending = None
 
-    def _slot(self, layout):
-        slots = self._slots.get(layout.key)
-        if slots is None:
+    def _slot(self, key, params, sig, wire):
+        """(layout, this step's Buffer): layout and both buffers are built once per parameter set."""
+        entry = self._slots.get(key)
+        if entry is None:
             if len(self._slots) >= 2:  # a model whose parameters changed: drop the old buffers
                 self._slots.clear()
-            slots = self._slots[layout.key] = [
-                self._cupy.empty(max(1, layout.nbytes), dtype=np.uint8) for _ in range(2)]
-        return slots[self._step % 2]
+            layout = packing.build_layout(params, sig, wire)
+            entry = self._slots[key] = (layout, [
+                Buffer(self._cupy.empty(max(1, layout.nbytes), dtype=np.uint8)) for _ in range(2)])
+        layout, buffers = entry
+        return layout, buffers[self._step % 2]
 
     def _finish(self, main):
         layout, buf, params, done = self._pending
         main.wait_event(done)  # the update below runs after the allreduce on the GPU
-        self._packer.unpack(layout, layout.group_arrays(buf), layout.entry_views(buf), params,
+        self._packer.unpack(layout, buf.group_views(layout), buf.entry_views(layout), params,
                             bool(self.communicator.get_config("batched_copy")))
         self._pending = None
 
