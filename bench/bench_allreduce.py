@@ -194,7 +194,8 @@ def report(results, nbytes, args):
         print(f"  {default} (fresh)    {what}: {d_fresh * 1e3:.2f} ms vs {limit * 1e3:.2f} ms -> "
               f"{'PASS' if d_fresh <= limit else 'FAIL'}")
     slower = [k for k, t in results.items() if k.startswith("mnframe") and "dummy" not in k and t > peer]
-    print(f"  every mnframe communicator no slower than chainermn naive: {'PASS' if not slower else 'FAIL ' + str(slower)}")
+    verdict = 'PASS' if not slower else 'FAIL ' + str(slower)
+    print(f"  every mnframe communicator no slower than chainermn naive: {verdict}")
 
 
 if __name__ == "__main__":

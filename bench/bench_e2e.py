@@ -191,7 +191,8 @@ def table(rows):
         pct = lambda v: _fmt(None if v is None else 100 * v, '.1f')  # noqa: E731
         lines.append('| ' + ' | '.join([
             r['workload'], str(r['ranks']), _fmt(mn['examples_per_s'], '.1f'), _fmt(peer['examples_per_s'], '.1f'),
-            _fmt(r['ratio'], '.3f'), _fmt(r['best_ratio'], '.3f'), pct(mn['comm_fraction']), pct(peer['comm_fraction']), r['verdict']]) + ' |')
+            _fmt(r['ratio'], '.3f'), _fmt(r['best_ratio'], '.3f'), pct(mn['comm_fraction']),
+            pct(peer['comm_fraction']), r['verdict']]) + ' |')
     for r in rows:
         for side, error in r['errors'].items():
             lines.append(f'- {r["workload"]} n={r["ranks"]} {side}: {error}')

@@ -91,7 +91,7 @@ def main(argv=None):
     peer_import, _ = import_profile('import bench.peer.numpy2, chainermn', runs)  # the shim: NumPy 2 only
     mn_import, peer_import = mn_import - bare, peer_import - bare  # what the statement adds
 
-    print(f'| side | first iteration (s) | whole run (s) | runs |\n|---|---|---|---|')
+    print('| side | first iteration (s) | whole run (s) | runs |\n|---|---|---|---|')
     for side in ('mnframe', 'peer'):
         first, wall = med(side, 'first_iteration_s'), med(side, 'wall_s')
         print(f'| {side} | {"-" if first is None else f"{first:.2f}"} | {"-" if wall is None else f"{wall:.2f}"} '

@@ -5,7 +5,6 @@ A module declares ``MPI_SIZES = (1, 2, 3)`` (default) and optionally
 literals. Inside, tests compute expectations from rank and size.
 """
 import ast
-import sys
 from pathlib import Path
 
 import pytest

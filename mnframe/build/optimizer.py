@@ -26,6 +26,7 @@ OPTIMIZERS: Dict[str, str] = {
     "msvag": "chainer.optimizers.MSVAG",
 }
 
+
 def _weight_decay(rate: float):
     from chainer.optimizer_hooks import WeightDecay
 

@@ -101,4 +101,3 @@ class CheckpointExtension(extension.Extension):
         # may block in a collective the failed rank will never join.
         if self.abort_on_error and guard.installed():
             guard.handle_uncaught(type(exc), exc, tb, kind="exception in the training loop")
-

@@ -24,6 +24,7 @@ class Buffer:
     def __init__(self, buf):
         self.buf = buf
         self.params = None  # the params last unpacked into it (for release)
+        self.kept = {}      # {param index: weakref to a gradient} a strategy averaged in place, not a view
         self.views = None   # layout.entry_views(buf), built on first use
         self.groups = None  # layout.group_arrays(buf), built on first use
 

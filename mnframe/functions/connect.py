@@ -40,4 +40,3 @@ def pseudo_connect(delegate_variable, *actual_variables):
         arrays = [v.array if isinstance(v, chainer.Variable) else v for v in actual_variables]
         delegate_variable = backend.get_array_module(*arrays).empty((0,), numpy.float32)
     return PseudoConnect().apply((delegate_variable,) + tuple(actual_variables))
-

@@ -33,6 +33,7 @@ POINT_TO_POINT = frozenset({"send", "recv", "isend", "irecv", "sendrecv", "send_
 def is_point_to_point(name):
     return any(part in POINT_TO_POINT for part in re.split(r"[.:]", name))
 
+
 _state = {"matcher": None}
 
 

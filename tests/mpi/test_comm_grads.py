@@ -61,6 +61,29 @@ def test_mean(comm, dtype_b):
     check_mean(m, comm.size, rtol=1e-3 if dtype_b == np.float16 else 1e-6)
 
 
+def test_large_and_small_gradients(comm):
+    """Gradients large enough to be averaged in place next to small packed ones,
+    fresh, repeated (an in-place averaged array moves into the buffer), and
+    rewritten in place between calls."""
+    m = make_model()
+    with m.init_scope():
+        m.big = L.Linear(160, 128)  # 80 KiB of W: above two_dimensional's in-place threshold
+    for _ in range(2):
+        fill(m, comm.rank)
+        comm.multi_node_mean_grad(m)
+        check_mean(m, comm.size)
+        comm.multi_node_mean_grad(m)  # nothing new: the same mean
+        check_mean(m, comm.size)
+    comm.multi_node_mean_grad(m)
+    check_mean(m, comm.size)
+    fill(m, comm.rank)
+    comm.multi_node_mean_grad(m)
+    for i, (_, p) in enumerate(sorted(m.namedparams())):  # rewritten in place, whatever they are now
+        p.grad[...] = np.arange(p.size).reshape(p.shape) % 7 + i + comm.rank
+    comm.multi_node_mean_grad(m)
+    check_mean(m, comm.size)
+
+
 def test_read_only_and_mixed_gradients(comm):
     """Read-only gradient arrays are left untouched; fresh arrays next to the
     communicator's own views (resident) average correctly too."""

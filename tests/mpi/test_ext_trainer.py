@@ -138,7 +138,7 @@ class _nothing:
 
 def test_multi_node_snapshot_replica_sets_and_autoload(comm, mpi_comm, shared_dir):
     from mnframe.extensions import multi_node_snapshot
-    rank, size = mpi_comm.rank, mpi_comm.size
+    size = mpi_comm.size
     trainer, model, _ = _trainer(shared_dir, stop=(3, "iteration"))
     snap = extensions.snapshot(filename="snap_iter_{.updater.iteration}", autoload=True)
     trainer.extend(multi_node_snapshot(comm, snap, [0]), trigger=(3, "iteration"))

@@ -95,5 +95,5 @@ def test_describe_and_picture(tmp_path):
     text = describe(topo, 4)
     assert "replica 1: world ranks [2, 3]" in text and "graph OK" in text
     assert replicas(topo, 4) == [[0, 1], [2, 3]]
-    path = render_png(topo, str(tmp_path / "graph.png"))
+    assert render_png(topo, str(tmp_path / "graph.png"))
     assert (tmp_path / "graph.png").stat().st_size > 1000

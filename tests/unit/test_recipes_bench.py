@@ -13,7 +13,8 @@ REPO = Path(__file__).resolve().parents[2]
 def _run(script, *args, timeout=300):
     proc = subprocess.run([sys.executable, str(REPO / 'bench' / script), '--small', *args],
                           cwd=str(REPO), capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f'{script} --small exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}'
+    assert proc.returncode == 0, (f'{script} --small exited {proc.returncode}\n'
+                                  f'{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}')
     return proc.stdout
 
 
