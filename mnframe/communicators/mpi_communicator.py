@@ -159,8 +159,10 @@ class MpiCommunicator(CommunicatorBase):
         """
         params, sig = packing.describe(model, zero_fill)
         wire = self._config["allreduce_grad_dtype"]
-        key = packing.signature_key(sig, wire)
-        self._agree_on_params(sig, "multi_node_mean_grad", key)
+        key = None
+        if self.size > 1:  # one rank has nobody to disagree with: no hash, no collective
+            key = packing.signature_key(sig, wire)
+            self._agree_on_params(sig, "multi_node_mean_grad", key)
         devices = {s[4] for s in sig if s[3]}
         accepted = self.grad_devices()
         if devices - accepted or len(devices) > 1:

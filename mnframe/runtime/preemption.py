@@ -55,6 +55,10 @@ def agree(comm):
     """True on every rank if any rank was asked to stop (collective: one tiny allreduce)."""
     from mpi4py import MPI
     mpi_comm = getattr(comm, "mpi_comm", comm)
+    if mpi_comm.Get_size() == 1:  # called every iteration: skip the collective where it decides nothing
+        if _flag.is_set():
+            _state["agreed"] = True
+        return _flag.is_set()
     local = numpy.array([1 if _flag.is_set() else 0], dtype=numpy.int32)
     total = numpy.zeros_like(local)
     with oplog.op("preemption.agree", array=local):

@@ -84,3 +84,27 @@ def test_no_guard_opt_out(monkeypatch):
     monkeypatch.setenv(activation.ENV_NO_GUARD, "1")
     activation.on_communicator_created(object())  # would fail on a real start: nothing happens
     assert not activation.activated() and watchdog.current() is None
+
+
+def test_preemption_agree_on_one_rank_needs_no_collective():
+    """One rank decides alone (agree is called every iteration, so it skips the allreduce)."""
+    from mpi4py import MPI
+
+    from mnframe.runtime import preemption
+
+    class NoCollectives:  # a one-rank communicator that fails on any collective
+        def Get_size(self):
+            return 1
+
+        def Allreduce(self, *args, **kwargs):
+            raise AssertionError("agree() on one rank must not communicate")
+
+    saved = dict(preemption._state)
+    try:
+        assert preemption.agree(NoCollectives()) is False and not preemption.preempted()
+        preemption.request()
+        assert preemption.agree(NoCollectives()) is True and preemption.preempted()
+        assert preemption.agree(MPI.COMM_SELF) is True
+    finally:
+        preemption._flag.clear()
+        preemption._state.update(saved)
