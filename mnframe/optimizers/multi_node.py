@@ -95,9 +95,11 @@ class _MultiNodeOptimizer:
     def update(self, lossfun=None, *args, **kwds):
         """Like ``chainer.Optimizer.update``, with broadcast and gradient averaging."""
         target = self.actual_optimizer.target
+        settled = False  # every parameter initialised before the forward: it cannot change the set
         if lossfun is not None:
             # parameters must agree before the forward pass that produces the gradients
             self._sync_if_changed(target)
+            settled = all(initialised for _, initialised in self._synced_layout)
             loss = lossfun(*args, **kwds)
             if getattr(self.actual_optimizer, "_use_cleargrads", True):
                 target.cleargrads()
@@ -105,8 +107,8 @@ class _MultiNodeOptimizer:
                 target.zerograds()
             loss.backward(loss_scale=self.actual_optimizer._loss_scale)
             del loss
-        if self._sync_if_changed(target):
-            return  # these gradients were computed from unsynchronised weights
+        if not settled and self._sync_if_changed(target):
+            return  # these gradients were computed from unsynchronised weights (e.g. lazily initialised)
         if self._averager is None:
             self.communicator.multi_node_mean_grad(target, self.zero_fill)
             self.actual_optimizer.update(None, *args, **kwds)
