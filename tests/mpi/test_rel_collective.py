@@ -118,4 +118,5 @@ def test_preemption_request_on_one_rank_reaches_all(comm):
     finally:
         preemption._flag.clear()
         preemption._state["agreed"] = False
-    assert oplog.get_log().history[-1].name == "preemption.agree"
+    if comm.size > 1:  # one rank decides alone, without a collective
+        assert oplog.get_log().history[-1].name == "preemption.agree"
