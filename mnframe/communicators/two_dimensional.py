@@ -7,7 +7,7 @@ result into every node segment. On one node the three steps fuse into a single
 pass: read every segment's slice once, write it once (``kernels.mean_into``).
 This is the default CPU communicator (see registry.default_name).
 
-A rank's own slice is never packed: it reads its own gradients straight from
+A rank's own slice is normally not packed: it reads its own gradients straight from
 the parameters (only the parts its peers reduce are copied into its segment),
 which saves 1/intra_size of the packing copy when gradients are fresh arrays.
 On one node the mean of that slice is also accumulated in place in those
@@ -76,8 +76,8 @@ class TwoDimensionalReducer(ShmReducer):
         (read the segment). ``in_place``: on one node, (param index, flat
         gradient, its segment view, i, j) for every gradient whose part [i, j)
         is averaged in place; the rest of it is copied from the segment after
-        the reduction. ``kept``: {param index: weak reference to the gradient} averaged in place by
-        the previous call (see the module docstring).
+        the reduction. ``kept``: {param index: weak reference to the gradient
+        averaged in place by the previous call} (see the module docstring).
         """
         topo = self.topo
         single = topo.inter_size == 1
