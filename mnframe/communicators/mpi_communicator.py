@@ -23,7 +23,7 @@ _MAX_LAYOUTS = 16
 
 
 class MpiCommunicator(CommunicatorBase):
-    """A communicator over ``mpi_comm``; subclasses set ``reducer_class``."""
+    """A communicator over ``mpi_comm``; subclasses fill the ``reducers`` table."""
 
     reducers = {}  # array module of the gradients -> reducer class/factory or "module:attr"
     double_buffering = "mpi"  # how create_multi_node_optimizer(double_buffering=True) overlaps

@@ -14,16 +14,12 @@ def require_one_node(topology):
             f"{topology.inter_size} nodes; use 'two_dimensional' or 'hierarchical' instead")
 
 
-class SingleNodeReducer(TwoDimensionalReducer):
-    def __init__(self, mpi_comm, topology, options=None):
-        require_one_node(topology)
-        super().__init__(mpi_comm, topology, options)
-
-
 class SingleNodeCommunicator(MpiCommunicator):
     """One node only: fused shared-memory reduce-scatter + allgather (NCCL allreduce on GPUs)."""
 
-    reducers = {"numpy": SingleNodeReducer,
+    # the two_dimensional reducer as is: on one node it is the fused pass, and
+    # __init__ has already refused several nodes
+    reducers = {"numpy": TwoDimensionalReducer,
                 "cupy": "mnframe.communicators.device_reducers:NcclSingleNodeReducer"}
 
     def __init__(self, *args, **kwargs):
