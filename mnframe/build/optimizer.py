@@ -17,7 +17,7 @@ OPTIMIZERS: Dict[str, str] = {
     "momentum_sgd": "chainer.optimizers.MomentumSGD",
     "corrected_momentum_sgd": "chainer.optimizers.CorrectedMomentumSGD",
     "nesterov_ag": "chainer.optimizers.NesterovAG",
-    "adam": "chainer.optimizers.Adam",
+    "adam": "mnframe.optimizers.fused.Adam",  # chainer's Adam, a faster CPU update (same results)
     "adagrad": "chainer.optimizers.AdaGrad",
     "adadelta": "chainer.optimizers.AdaDelta",
     "rmsprop": "chainer.optimizers.RMSprop",
