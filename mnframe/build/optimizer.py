@@ -17,7 +17,8 @@ OPTIMIZERS: Dict[str, str] = {
     "momentum_sgd": "chainer.optimizers.MomentumSGD",
     "corrected_momentum_sgd": "chainer.optimizers.CorrectedMomentumSGD",
     "nesterov_ag": "chainer.optimizers.NesterovAG",
-    "adam": "mnframe.optimizers.fused.Adam",  # chainer's Adam, a faster CPU update (same results)
+    "adam": "mnframe.optimizers.fused.Adam",  # chainer's Adam with a faster CPU update (bitwise the same)
+    "chainer_adam": "chainer.optimizers.Adam",  # chainer's own update rule
     "adagrad": "chainer.optimizers.AdaGrad",
     "adadelta": "chainer.optimizers.AdaDelta",
     "rmsprop": "chainer.optimizers.RMSprop",
@@ -43,6 +44,7 @@ def _gradient_clipping(threshold: float):
 # (``optimizer.lr=0.01`` with Adam sets ``alpha``); a null alias is ignored.
 HPARAM_ALIASES: Dict[str, Dict[str, str]] = {
     "adam": {"lr": "alpha"},
+    "chainer_adam": {"lr": "alpha"},
 }
 
 

@@ -15,8 +15,8 @@ microseconds here: 4K-element blocks were twice as slow as Chainer.
 subclass of ``chainer.optimizers.Adam``: the same arguments, the same saved
 state, and Chainer's own update wherever the fast path does not apply (GPU,
 float16, iDeep, non-contiguous arrays, AdaBound, NumPy-scalar
-hyper-parameters). MomentumSGD is left as it is:
-its rule makes one temporary only, and a blocked version was no faster.
+hyper-parameters); ``optimizer.name=chainer_adam`` builds Chainer's own. MomentumSGD
+is left as it is: its rule makes one temporary only, and a blocked version was no faster.
 """
 import numpy as np
 from chainer import optimizers

@@ -119,9 +119,18 @@ def test_yaml_round_trip_keeps_the_hash():
     assert C.config_hash(C.to_yaml(C.from_yaml(text))) == C.config_hash(text)
 
 
-def test_lr_is_an_alias_of_adams_alpha():
+@pytest.mark.parametrize("name", ["adam", "chainer_adam"])
+def test_lr_is_an_alias_of_adams_alpha(name):
     from mnframe.build.optimizer import optimizer_kwargs
 
-    cfg = validate(C.compose(["recipe=mnist", "optimizer.lr=0.01"]), 2)
+    cfg = validate(C.compose(["recipe=mnist", f"optimizer.name={name}", "optimizer.lr=0.01"]), 2)
     assert optimizer_kwargs(cfg.optimizer)["alpha"] == 0.01
     assert "lr" not in optimizer_kwargs(cfg.optimizer)
+
+
+def test_chainer_adam_builds_chainers_own_class():
+    import chainer
+    from mnframe.build.instantiate import import_target
+    from mnframe.build.optimizer import OPTIMIZERS
+
+    assert import_target(OPTIMIZERS["chainer_adam"]) is chainer.optimizers.Adam
