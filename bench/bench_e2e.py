@@ -26,8 +26,9 @@ Communicators: mnframe uses its default CPU communicator (``two_dimensional``:
 a shared-memory reduce-scatter within the node) and the peer ``naive`` (the only one
 chainermn runs without CuPy); ``--communicator naive`` compares like with like.
 
-Workloads: ``mnist`` (the recipe's MLP, 1000 units, on scikit-learn digits, Adam,
-50 examples per rank) and ``imagenet`` (NIN at width 0.5 on 64x64 synthetic
+Workloads: ``mnist`` (the recipe's MLP, 1000 units, on scikit-learn digits, Adam:
+mnframe's ``optimizer=adam`` against ``chainer.optimizers.Adam``, bitwise the same
+updates; 50 examples per rank) and ``imagenet`` (NIN at width 0.5 on 64x64 synthetic
 images, 100 classes, MomentumSGD + weight decay, 16 per rank, serial loader).
 
     python bench/bench_e2e.py              # full run (about 10 minutes on 2 idle cores)
