@@ -7,7 +7,7 @@ from mnframe.communicators.reducer_base import GradReducer, scale_inplace
 class FlatReducer(GradReducer):
     def reduce(self, layout, buffer):
         scale = 1.0 / self.comm.size
-        for arr in layout.group_arrays(buffer.buf):
+        for arr in buffer.group_views(layout):
             pc.allreduce_inplace(self.comm, arr)
             scale_inplace(arr, scale)
 
