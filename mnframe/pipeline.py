@@ -3,7 +3,7 @@
     config -> communicators -> device (and CPU thread pools) -> dataset and iterators -> model
            -> multi-node optimizer -> updater, trainer, extensions, checkpoints -> run
 
-Each step is one builder in ``mnframe.build`` taking its typed config section
+Each step is one builder in ``mnframe.builder`` taking its typed config section
 (``mnframe.config.schema``); this module only wires them together. Every rank
 runs it with the same config (the CLI made sure of that).
 """
@@ -16,13 +16,13 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from mnframe.build.communicator import build_communicators
-from mnframe.build.data import build_data
-from mnframe.build.device import select_device
-from mnframe.build.extensions import ExtensionContext, add_extensions
-from mnframe.build.model import build_models, rank_plan
-from mnframe.build.optimizer import build_optimizer, schedule_extension
-from mnframe.build.updater import build_updater
+from mnframe.builder.communicator import build_communicators
+from mnframe.builder.data import build_data
+from mnframe.builder.device import select_device
+from mnframe.builder.extensions import ExtensionContext, add_extensions
+from mnframe.builder.model import build_models, rank_plan
+from mnframe.builder.optimizer import build_optimizer, schedule_extension
+from mnframe.builder.updater import build_updater
 from mnframe.config.schema import RunConfig
 from mnframe.config.validate import extensions_of
 from mnframe.runtime import threads
@@ -72,7 +72,7 @@ def build_trainer(cfg: RunConfig, run_dir: str, config: Optional[Dict[str, Any]]
 
 def attach_checkpoints(trainer, cfg: RunConfig, run_dir, comm, config, config_hash):
     """Atomic checkpoints + resume + preemption (mnframe.checkpoint); last, after extensions."""
-    from mnframe.checkpoint.build import attach
+    from mnframe.checkpoint.attach import attach
 
     section = cfg.checkpoint.model_copy(update={"resume": cfg.resume})
     return attach(trainer, section, run_dir, comm, config_hash=config_hash, config=config)

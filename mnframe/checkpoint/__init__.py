@@ -2,7 +2,7 @@
 from mnframe._lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "attach": "mnframe.checkpoint.build:attach",
+    "attach": "mnframe.checkpoint.attach:attach",
     "CheckpointConfig": "mnframe.checkpoint.config:CheckpointConfig",
     "CheckpointExtension": "mnframe.checkpoint.extension:CheckpointExtension",
     "CheckpointStore": "mnframe.checkpoint.store:CheckpointStore",

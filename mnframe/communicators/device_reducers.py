@@ -31,7 +31,7 @@ host-side user op).
 import numpy as np
 
 from mnframe.communicators import cuda_aware
-from mnframe.communicators import p2p_collectives as pc
+from mnframe.communicators import array_collectives as pc
 from mnframe.communicators.device_packing import DevicePacker
 from mnframe.communicators.flat import FlatReducer
 from mnframe.communicators.nccl_ops import NcclGroup

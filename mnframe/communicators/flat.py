@@ -1,5 +1,5 @@
 """``flat``: pack all gradients into one persistent buffer, one MPI allreduce per dtype."""
-from mnframe.communicators import p2p_collectives as pc
+from mnframe.communicators import array_collectives as pc
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 from mnframe.communicators.reducer_base import GradReducer, scale_inplace
 

@@ -7,8 +7,8 @@ MPI; then each node rank copies its slice of the leader's result into every
 other segment (the broadcast). On one node the leader step is skipped and the
 reduce writes straight to every segment.
 """
-from mnframe.communicators import p2p_collectives as pc
-from mnframe.communicators.kernels import mean_into, slice_bounds
+from mnframe.communicators import array_collectives as pc
+from mnframe.communicators.host_kernels import mean_into, slice_bounds
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 from mnframe.communicators.shm import ShmReducer
 
@@ -17,7 +17,7 @@ class HierarchicalReducer(ShmReducer):
     def reduce(self, layout, buffer):
         topo = self.topo
         scale = 1.0 / self.comm.size
-        views = buffer.group_arrays(layout)
+        views = buffer.peer_group_arrays(layout)
         me = topo.intra_rank
         single = topo.inter_size == 1
         self.fence(buffer, "hier:packed")

@@ -1,7 +1,7 @@
 """``MpiCommunicator``: CommunicatorBase on mpi4py, shared by every communicator name.
 
 It composes the parts: node discovery (topology), array and object operations
-(p2p_collectives, object_ops), gradient layouts (packing) and the gradient
+(array_collectives, object_ops), gradient layouts (packing) and the gradient
 averaging strategies, ``reducers``, which is all that differs between names:
 a table from the gradients' array module ("numpy", "cupy") to a reducer class
 or factory (a "module:attr" string is imported on first use, so GPU strategies
@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 from mnframe._lazy import resolve
 from mnframe.communicators import config, object_ops, packing, topology
-from mnframe.communicators import p2p_collectives as pc
+from mnframe.communicators import array_collectives as pc
 from mnframe.communicators.base import CommunicatorBase
 from mnframe.communicators.verdict import CommunicatorArgumentError
 from mnframe.runtime import oplog

@@ -5,7 +5,7 @@ against. float16 on the wire or mixed dtypes go through a temporary per param.
 """
 import numpy as np
 
-from mnframe.communicators import p2p_collectives as pc
+from mnframe.communicators import array_collectives as pc
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 from mnframe.communicators.reducer_base import GradReducer, scale_inplace
 

@@ -11,7 +11,7 @@ import pickle
 import numpy as np
 from mpi4py import MPI
 
-from mnframe.communicators import p2p_collectives as pc
+from mnframe.communicators import array_collectives as pc
 
 _EMPTY = np.empty(0, np.uint8)
 

@@ -34,7 +34,7 @@ class SharedSegments(Buffer):
         super().__init__(self.segments[intra_comm.rank])
         self.peer_groups = None
 
-    def group_arrays(self, layout):
+    def peer_group_arrays(self, layout):
         """[rank][group] typed arrays of every node rank's segment."""
         if self.peer_groups is None:
             self.peer_groups = [layout.group_arrays(s) for s in self.segments]

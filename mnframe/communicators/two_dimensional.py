@@ -4,7 +4,7 @@ Each node rank owns one slice of every dtype group. It sums that slice over the
 segments of all node ranks (scaled by 1/size in the same pass), allreduces its
 slice with the ranks that own the same slice on the other nodes, and writes the
 result into every node segment. On one node the three steps fuse into a single
-pass: read every segment's slice once, write it once (``kernels.mean_into``).
+pass: read every segment's slice once, write it once (``host_kernels.mean_into``).
 This is the default CPU communicator (see registry.default_name).
 
 A rank's own slice is normally not packed: it reads its own gradients straight from
@@ -28,10 +28,10 @@ import weakref
 
 import numpy as np
 
-from mnframe.communicators import p2p_collectives as pc
+from mnframe.communicators import array_collectives as pc
 from mnframe.communicators import packing
 from mnframe.communicators.hierarchical import HierarchicalReducer
-from mnframe.communicators.kernels import mean_into, slice_bounds
+from mnframe.communicators.host_kernels import mean_into, slice_bounds
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 from mnframe.communicators.shm import ShmReducer
 
@@ -119,7 +119,7 @@ class TwoDimensionalReducer(ShmReducer):
     def _reduce(self, layout, buffer, plans):
         topo = self.topo
         scale = 1.0 / self.comm.size
-        views = buffer.group_arrays(layout)
+        views = buffer.peer_group_arrays(layout)
         me = topo.intra_rank
         single = topo.inter_size == 1
         self.fence(buffer, "2d:packed")

@@ -106,7 +106,7 @@ LrSchedule = Annotated[Union[ExponentialShift, LinearShift, StepShift], Field(di
 class OptimizerConfig(BaseModel):
     """A Chainer optimizer, its hyper-parameters and the multi-node wrapping.
 
-    ``name`` picks a row of ``mnframe.build.optimizer.OPTIMIZERS`` (e.g.
+    ``name`` picks a row of ``mnframe.builder.optimizer.OPTIMIZERS`` (e.g.
     ``momentum_sgd``) unless ``_target_`` names an optimizer class directly.
     Every other key is a constructor argument (``optimizer.lr=0.01``), checked
     against the optimizer's signature by ``mnframe.config.validate``.
@@ -133,7 +133,7 @@ class DatasetConfig(Strict):
     """Where the data comes from and how it is spread over the data-parallel ranks.
 
     ``source`` is a function returning ``(train, test)``. ``strategy`` is a key of
-    ``mnframe.build.data.STRATEGIES``: ``scatter`` (root loads, scatter_dataset),
+    ``mnframe.builder.data.STRATEGIES``: ``scatter`` (root loads, scatter_dataset),
     ``shard`` (every rank loads and keeps its scatter_index shard),
     ``multi_node_iterator`` (the root's batches are broadcast),
     ``synchronized`` (every rank iterates the full set in the same order),
@@ -300,7 +300,7 @@ class CustomExt(ExtensionBase):
     kwargs: Dict[str, Any] = Field(default_factory=dict)
 
 
-# kind -> model; the builder table (mnframe.build.extensions) has the same keys.
+# kind -> model; the builder table (mnframe.builder.extensions) has the same keys.
 EXTENSION_KINDS: Dict[str, type] = {
     "evaluator": EvaluatorExt,
     "log_report": LogReportExt,

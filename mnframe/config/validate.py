@@ -163,7 +163,7 @@ def check_target(path: str, dotted: str, kwargs: Dict[str, Any],
 
 def _communicator_issues(cfg: schema.CommunicatorConfig, has_cuda: bool,
                          device: Optional[str]) -> List[ConfigIssue]:
-    from mnframe.build.communicator import communicator_table
+    from mnframe.builder.communicator import communicator_table
 
     table = communicator_table()
     info = table.get(cfg.name)
@@ -185,7 +185,7 @@ def _communicator_issues(cfg: schema.CommunicatorConfig, has_cuda: bool,
 
 def _optimizer_issues(cfg: schema.OptimizerConfig, comm_name: Optional[str],
                       has_cuda: bool) -> List[ConfigIssue]:
-    from mnframe.build.optimizer import OPTIMIZERS, optimizer_kwargs
+    from mnframe.builder.optimizer import OPTIMIZERS, optimizer_kwargs
 
     issues = []
     if cfg.target:
@@ -209,7 +209,7 @@ def _optimizer_issues(cfg: schema.OptimizerConfig, comm_name: Optional[str],
 
 
 def _dataset_issues(cfg: schema.DatasetConfig, dp_width: int) -> List[ConfigIssue]:
-    from mnframe.build.data import STRATEGIES
+    from mnframe.builder.data import STRATEGIES
 
     issues = []
     if cfg.strategy not in STRATEGIES:

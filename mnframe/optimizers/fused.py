@@ -11,7 +11,7 @@ Chainer's (tests/unit/test_opt_fused_adam.py); the MLP of the mnist recipe updat
 about 1.3-1.6x faster. Blocks are large because each NumPy call costs a few
 microseconds here: 4K-element blocks were twice as slow as Chainer.
 
-``optimizer=adam`` builds ``Adam`` (mnframe.build.optimizer.OPTIMIZERS). It is a
+``optimizer=adam`` builds ``Adam`` (mnframe.builder.optimizer.OPTIMIZERS). It is a
 subclass of ``chainer.optimizers.Adam``: the same arguments, the same saved
 state, and Chainer's own update wherever the fast path does not apply (GPU,
 float16, iDeep, non-contiguous arrays, AdaBound, NumPy-scalar

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import mnframe as chainermn
-from mnframe.communicators import p2p_collectives
+from mnframe.communicators import array_collectives
 from mnframe.communicators.verdict import CommunicatorArgumentError
 
 MPI_SIZES = (1, 2, 3)
@@ -22,8 +22,8 @@ def comm():
 @pytest.fixture(params=[False, True], ids=["whole", "chunked"])
 def chunking(request, monkeypatch):
     if request.param:  # many tiny pieces: the >2 GiB code path without 2 GiB
-        monkeypatch.setattr(p2p_collectives, "CHUNK_BYTES", 7)
-        monkeypatch.setattr(p2p_collectives, "ALLREDUCE_CHUNK_BYTES", 7)
+        monkeypatch.setattr(array_collectives, "CHUNK_BYTES", 7)
+        monkeypatch.setattr(array_collectives, "ALLREDUCE_CHUNK_BYTES", 7)
     return request.param
 
 

@@ -4,19 +4,19 @@ import chainer.links as L
 import numpy as np
 import pytest
 
-from mnframe.communicators import config, kernels, packing
+from mnframe.communicators import config, host_kernels, packing
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("n_src", [1, 2, 3])
 def test_mean_into(dtype, n_src, monkeypatch):
-    monkeypatch.setattr(kernels, "BLOCK_BYTES", 64)  # many blocks
+    monkeypatch.setattr(host_kernels, "BLOCK_BYTES", 64)  # many blocks
     rng = np.random.default_rng(1)
     srcs = [rng.standard_normal(1001).astype(dtype) for _ in range(n_src)]
     want = sum(s.astype(np.float64) for s in srcs) / 4
     # in place (dest is a source) and into an outside buffer
     other = np.empty(1001, dtype)
-    kernels.mean_into(srcs, srcs + [other], 0.25)
+    host_kernels.mean_into(srcs, srcs + [other], 0.25)
     for d in srcs + [other]:
         tol = 1e-2 if dtype == np.float16 else 1e-5
         np.testing.assert_allclose(d.astype(np.float64), want, rtol=tol, atol=tol)
@@ -25,7 +25,7 @@ def test_mean_into(dtype, n_src, monkeypatch):
 def test_slice_bounds_cover():
     for n in (0, 1, 7, 100):
         for parts in (1, 2, 3, 4):
-            bounds = [kernels.slice_bounds(n, parts, i) for i in range(parts)]
+            bounds = [host_kernels.slice_bounds(n, parts, i) for i in range(parts)]
             assert bounds[0][0] == 0 and bounds[-1][1] == n
             assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
 

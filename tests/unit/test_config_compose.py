@@ -121,7 +121,7 @@ def test_yaml_round_trip_keeps_the_hash():
 
 @pytest.mark.parametrize("name", ["adam", "chainer_adam"])
 def test_lr_is_an_alias_of_adams_alpha(name):
-    from mnframe.build.optimizer import optimizer_kwargs
+    from mnframe.builder.optimizer import optimizer_kwargs
 
     cfg = validate(C.compose(["recipe=mnist", f"optimizer.name={name}", "optimizer.lr=0.01"]), 2)
     assert optimizer_kwargs(cfg.optimizer)["alpha"] == 0.01
@@ -130,7 +130,7 @@ def test_lr_is_an_alias_of_adams_alpha(name):
 
 def test_chainer_adam_builds_chainers_own_class():
     import chainer
-    from mnframe.build.instantiate import import_target
-    from mnframe.build.optimizer import OPTIMIZERS
+    from mnframe.builder.instantiate import import_target
+    from mnframe.builder.optimizer import OPTIMIZERS
 
     assert import_target(OPTIMIZERS["chainer_adam"]) is chainer.optimizers.Adam

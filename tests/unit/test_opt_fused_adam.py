@@ -3,8 +3,8 @@ import chainer
 import numpy as np
 import pytest
 
-from mnframe.build.instantiate import import_target
-from mnframe.build.optimizer import OPTIMIZERS
+from mnframe.builder.instantiate import import_target
+from mnframe.builder.optimizer import OPTIMIZERS
 from mnframe.optimizers import fused
 
 SHAPES = [(3, 5), (7,), (1,), (40, 33)]  # 40 * 33 > the patched BLOCK: several blocks and a partial one

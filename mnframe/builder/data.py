@@ -12,7 +12,7 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
-from mnframe.build.instantiate import instantiate
+from mnframe.builder.instantiate import instantiate
 from mnframe.config.schema import DatasetConfig
 
 
@@ -127,7 +127,7 @@ def per_rank_batch_size(cfg: DatasetConfig, data_width: int) -> int:
 def build_data(cfg: DatasetConfig, comms, seed: int, empty: bool = False) -> Data:
     """This rank's datasets and iterators; ``empty``: a receive-only rank's empty dataset.
 
-    ``comms`` has ``.data`` and ``.model`` communicators (build.communicator)."""
+    ``comms`` has ``.data`` and ``.model`` communicators (builder.communicator)."""
     import mnframe
 
     strategy = STRATEGIES[cfg.strategy]

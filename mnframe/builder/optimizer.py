@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Dict
 
-from mnframe.build.instantiate import import_target
+from mnframe.builder.instantiate import import_target
 from mnframe.config.schema import ExponentialShift, LinearShift, OptimizerConfig, StepShift
 
 OPTIMIZERS: Dict[str, str] = {

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from mnframe.build.instantiate import call_target
+from mnframe.builder.instantiate import call_target
 from mnframe.config.schema import UpdaterConfig
 
 

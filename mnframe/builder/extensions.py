@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict
 
-from mnframe.build.instantiate import call_target
+from mnframe.builder.instantiate import call_target
 from mnframe.config import schema
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from mnframe.build.instantiate import instantiate
+from mnframe.builder.instantiate import instantiate
 from mnframe.config.schema import Component, DataParallelTopology, RankPlan, RunConfig
 
 
