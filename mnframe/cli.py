@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
-from typing import List, Optional, Sequence, Tuple
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from mnframe.config.errors import ConfigError
 
@@ -80,9 +83,27 @@ def _bcast(world, message):
         return world.bcast(message, root=0)
 
 
-def agree_on_config(world, yaml_text: str, has_cuda: bool):
-    """Validate on this rank, then allgather (hash, error) so every rank reaches
-    the same verdict; returns (RunConfig, plain dict, hash) or raises ConfigError."""
+def run_dir_problem(run_dir: Optional[str]) -> Optional[str]:
+    """Why rank 0 cannot write ``run_dir`` (None when it can)."""
+    import tempfile
+
+    from mnframe.config.compose import run_dir_error
+
+    if run_dir is None:
+        return None
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=run_dir):
+            pass
+    except OSError as exc:
+        return str(run_dir_error(exc, run_dir))
+    return None
+
+
+def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str] = None):
+    """Validate on this rank (rank 0 also checks that it can write ``run_dir``), then
+    allgather (hash, error) so every rank reaches the same verdict; returns
+    (RunConfig, plain dict, hash) or raises ConfigError."""
     from mnframe.config.compose import config_hash, from_yaml, to_yaml
     from mnframe.config.validate import validate
     from mnframe.runtime import oplog
@@ -94,6 +115,8 @@ def agree_on_config(world, yaml_text: str, has_cuda: bool):
         cfg = validate(config, world.size, has_cuda=has_cuda)
     except ConfigError as exc:
         error = str(exc)
+    if world.rank == 0:
+        error = "\n".join(e for e in (error, run_dir_problem(run_dir)) if e) or None
     with oplog.op("allgather_obj"):
         verdicts = world.allgather((digest, error))
     errors = [(r, e) for r, (_, e) in enumerate(verdicts) if e]
@@ -107,35 +130,120 @@ def agree_on_config(world, yaml_text: str, has_cuda: bool):
     return cfg, config, digest
 
 
-def run_job(world, yaml_text: str, run_dir: str, has_cuda: bool):
-    """One job on every rank: agree on the config, then the pipeline."""
+# -- the run directory's record --------------------------------------------------
+
+RECORD_DIR = ".hydra"      # Hydra's usual place for its config.yaml, hydra.yaml, overrides.yaml
+FAILED_FILE = "FAILED.txt"
+
+
+def record_run(run_dir: str, yaml_text: str, record: Optional[Dict[str, str]]) -> None:
+    """Rank 0, once the job is accepted (config valid, checkpoint compatible):
+    ``config.yaml`` and ``.hydra/`` describe the run from now on."""
+    path = Path(run_dir)
+    (path / "config.yaml").write_text(yaml_text)
+    for name, text in (record or {}).items():
+        (path / RECORD_DIR).mkdir(exist_ok=True)
+        (path / RECORD_DIR / name).write_text(text)
+    (path / FAILED_FILE).unlink(missing_ok=True)
+    log.info("run directory: %s", run_dir)
+
+
+def record_failure(run_dir: str, message: str) -> None:
+    """Rank 0, after a job failed with a configuration error: a new run directory says why
+    in ``FAILED.txt``; one holding an earlier run (a refused resume) is left as it was."""
+    path = Path(run_dir)
+    if not path.is_dir() or (path / "config.yaml").exists():
+        return
+    try:
+        (path / FAILED_FILE).write_text(f"configuration error: {message}\n")
+    except OSError:
+        pass  # an unwritable run directory is what the message is about
+
+
+def run_job(world, yaml_text: str, run_dir: str, has_cuda: bool, record: Optional[Dict[str, str]] = None):
+    """One job on every rank: agree on the config, then the pipeline; rank 0 records
+    the configuration once the job is accepted, or why it failed."""
     from mnframe import pipeline
 
     setup_logging(world.rank, world.size)  # again: Hydra reconfigures logging on rank 0
-    cfg, config, digest = agree_on_config(world, yaml_text, has_cuda)
-    if world.rank == 0:
-        from pathlib import Path
+    try:
+        cfg, config, digest = agree_on_config(world, yaml_text, has_cuda, run_dir if world.rank == 0 else None)
+        on_start = (lambda: record_run(run_dir, yaml_text, record)) if world.rank == 0 else None
+        return pipeline.run(cfg, run_dir, config=config, config_hash=digest, on_start=on_start)
+    except ConfigError as exc:
+        if world.rank == 0:
+            record_failure(run_dir, str(exc))
+        raise
 
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
-        (Path(run_dir) / "config.yaml").write_text(yaml_text)
-        log.info("run directory: %s", run_dir)
-    return pipeline.run(cfg, run_dir, config=config, config_hash=digest)
+
+def failed_everywhere(world) -> bool:
+    """After a job's ConfigError: did every rank fail it too (as a ConfigError must)?
+    A time-limited barrier, as the guard's; False means some rank is stuck elsewhere."""
+    from mnframe.runtime.guard import CONFIG_AGREE_TIMEOUT_S
+
+    req = world.Ibarrier()
+    deadline = time.monotonic() + CONFIG_AGREE_TIMEOUT_S
+    while not req.Test():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def job_failed(world, exc: ConfigError) -> None:
+    """A sweep goes on after a job that failed on every rank; otherwise the whole job ends."""
+    if not failed_everywhere(world):
+        from mnframe.runtime import guard
+
+        if guard.installed():
+            guard.config_error_exit(exc)  # aborts: the other ranks did not report it
+        raise exc
 
 
 # -- the roles ----------------------------------------------------------------------
 
+def _say(text: str) -> None:
+    sys.stderr.write(text if text.endswith("\n") else text + "\n")
+    sys.stderr.flush()
+
+
 class Leader:
-    """Rank 0: Hydra's command line; announces each job to the followers."""
+    """Rank 0: Hydra's command line; announces each job to the followers.
+
+    A job that fails with a ConfigError failed on every rank (the followers wait
+    for the next announcement); the error goes back to Hydra, which in a sweep
+    (``-m``) records it and runs the next job, and at the end raises the first
+    failure: then every rank exits 2 with a summary of the failed jobs, as
+    Hydra's exit status in one process would be. Any other failure ends the
+    whole MPI job at once (the guard), since the ranks may be out of step.
+    """
 
     def __init__(self, world, has_cuda: bool):
         self.world, self.has_cuda = world, has_cuda
         self.in_job = False  # after the announcement, failures are every rank's own
+        self.jobs, self.failures = 0, []  # sweep jobs run, and (label, message) of those that failed
 
     def task(self, job):
         _bcast(self.world, (JOB, job.yaml, job.run_dir))
-        self.in_job = True
-        run_job(self.world, job.yaml, job.run_dir, self.has_cuda)
-        self.in_job = False
+        self.in_job, self.jobs = True, self.jobs + 1
+        try:
+            run_job(self.world, job.yaml, job.run_dir, self.has_cuda, job.record)
+        except ConfigError as exc:
+            job_failed(self.world, exc)
+            if job.job_num is not None:
+                label = f"#{job.job_num} ({' '.join(job.overrides)})"
+                self.failures.append(label)
+                _say(f"mnframe: sweep job {label} failed: configuration error: {exc}\n"
+                     f"mnframe: going on with the next job")
+            raise
+        except BaseException as exc:
+            from mnframe.runtime import guard
+
+            if guard.installed():  # Hydra would swallow it in a sweep: end the job now
+                guard.handle_uncaught(type(exc), exc, exc.__traceback__)
+            raise
+        finally:
+            self.in_job = False
 
     def run(self, argv: Sequence[str]) -> None:
         from mnframe.config.compose import run_hydra
@@ -143,9 +251,12 @@ class Leader:
         try:
             run_hydra(argv, self.task)
         except ConfigError as exc:
-            if not self.in_job:  # compose failed: the followers learn it from us
-                _bcast(self.world, (FAILED, str(exc), None))
-            raise
+            if self.failures:  # the end of a sweep: its jobs' errors were shown as they failed
+                exc = ConfigError(f"{len(self.failures)} of {self.jobs} sweep jobs failed: "
+                                  f"{', '.join(self.failures)} (their errors are above)")
+            # compose failed, or a job did (the followers then wait for the next message)
+            _bcast(self.world, (FAILED, str(exc), None))
+            raise exc from None
         except SystemExit as exc:  # e.g. Hydra's usage error
             if not self.in_job:
                 code = exc.code if isinstance(exc.code, int) else 2
@@ -165,7 +276,10 @@ def follow(world, has_cuda: bool) -> None:
             return
         if kind == FAILED:
             raise ConfigError(payload)
-        run_job(world, payload, run_dir, has_cuda)
+        try:
+            run_job(world, payload, run_dir, has_cuda)
+        except ConfigError as exc:  # on every rank: rank 0 says whether the sweep goes on
+            job_failed(world, exc)
 
 
 def train(argv: Sequence[str]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import random
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, NamedTuple, Optional
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from mnframe.builder.communicator import build_communicators
 from mnframe.builder.data import build_data
 from mnframe.builder.device import select_device
 from mnframe.builder.extensions import ExtensionContext, add_extensions
-from mnframe.builder.model import build_models, rank_plan
+from mnframe.builder.model import build_models, rank_plan, user_models
 from mnframe.builder.optimizer import build_optimizer, schedule_extension
 from mnframe.builder.updater import build_updater
 from mnframe.config.schema import RunConfig
@@ -36,9 +36,19 @@ def seed_everything(seed: int) -> None:
     np.random.seed(seed)
 
 
+class Job(NamedTuple):
+    """What ``build_trainer`` built: the trainer, its checkpoint extension, this rank's models
+    and the communicators."""
+
+    trainer: Any
+    checkpoint: Any
+    models: Dict[str, Any]
+    comms: Any
+
+
 def build_trainer(cfg: RunConfig, run_dir: str, config: Optional[Dict[str, Any]] = None,
-                  config_hash: Optional[str] = None):
-    """Everything up to ``trainer.run()``; returns (trainer, checkpoint extension or None)."""
+                  config_hash: Optional[str] = None) -> Job:
+    """Everything up to ``trainer.run()`` (the checkpoint loaded when resuming)."""
     from chainer import training
 
     comms = build_communicators(cfg.communicator, cfg.topology)
@@ -67,7 +77,7 @@ def build_trainer(cfg: RunConfig, run_dir: str, config: Optional[Dict[str, Any]]
     checkpoint = attach_checkpoints(trainer, cfg, run_dir, comms.world, config, config_hash)
     log.info("built: %s topology, %d data-parallel rank(s), device %s",
              cfg.topology.kind, comms.data.size, device)
-    return trainer, checkpoint
+    return Job(trainer, checkpoint, models, comms)
 
 
 def attach_checkpoints(trainer, cfg: RunConfig, run_dir, comm, config, config_hash):
@@ -78,10 +88,30 @@ def attach_checkpoints(trainer, cfg: RunConfig, run_dir, comm, config, config_ha
     return attach(trainer, section, run_dir, comm, config_hash=config_hash, config=config)
 
 
+def finish(cfg: RunConfig, job: Job, run_dir: str) -> None:
+    """After training: a checkpoint of the last iteration and the model as ``model*.npz``."""
+    from mnframe.checkpoint.export import export_models
+
+    job.checkpoint.save_final(job.trainer)
+    if job.checkpoint.preempted:  # stopped early: the checkpoint is what to resume from
+        return
+    plan = rank_plan(cfg, job.comms)
+    paths = export_models(run_dir, user_models(cfg, job.comms, job.models), writer=job.comms.data.rank == 0,
+                          world=job.comms.world, model_rank=None if plan is None else job.comms.model.rank)
+    for path in paths:
+        log.info("trained model written to %s", path)
+
+
 def run(cfg: RunConfig, run_dir: str, config: Optional[Dict[str, Any]] = None,
-        config_hash: Optional[str] = None):
-    """Build and run the training job of ``cfg``; returns the trainer."""
+        config_hash: Optional[str] = None, on_start: Optional[Callable[[], None]] = None):
+    """Build and run the training job of ``cfg``; returns the trainer.
+
+    ``on_start`` is called once the job is built and its checkpoint accepted, just
+    before training (the CLI records the run's configuration there)."""
     os.makedirs(run_dir, exist_ok=True)
-    trainer, _ = build_trainer(cfg, run_dir, config, config_hash)
-    trainer.run()
-    return trainer
+    job = build_trainer(cfg, run_dir, config, config_hash)
+    if on_start is not None:
+        on_start()
+    job.trainer.run()
+    finish(cfg, job, run_dir)
+    return job.trainer

@@ -5,18 +5,19 @@ its Python code (``model.py``/``models.py``, ``data.py``, ...), referenced from
 the YAML by ``_target_``. The modules import only Chainer/NumPy at import time;
 mnframe's communication functions are imported where a model actually uses
 them, so the data-parallel recipes stay cheap to import.
+
+Models that communicate take the communicator as a required argument: under
+the runner it is passed by the builder (a parameter named ``comm`` gets the
+model communicator, see ``mnframe.builder.model.COMMUNICATOR_PARAMETERS``).
 """
 
 
-def communicator_or_default(comm):
-    """``comm`` itself, or (when the builder passed none) a naive communicator over MPI.COMM_WORLD.
+def blame(argument, exc):
+    """``exc`` marked as caused by the argument named ``argument``; returns it (``raise blame('path', ...)``).
 
-    Models that communicate take ``comm`` as an argument; the runner passes the
-    model communicator. The fallback keeps such a model usable from a plain
-    script or a test that does not build a communicator itself.
+    The runner then reports the error under that argument's key (e.g.
+    ``dataset.source.path``) instead of the whole ``dataset.source``
+    (``mnframe.builder.instantiate``); plain scripts see the exception unchanged.
     """
-    if comm is not None:
-        return comm
-    import mnframe
-
-    return mnframe.create_communicator('naive')
+    exc.argument = argument
+    return exc

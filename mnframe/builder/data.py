@@ -12,12 +12,17 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
-from mnframe.builder.instantiate import instantiate
+from mnframe.builder.instantiate import agree_on_faults, instantiate
 from mnframe.config.schema import DatasetConfig
 
 
-def _load(cfg: DatasetConfig):
-    return instantiate(cfg.source)
+def _load(cfg: DatasetConfig, world, here: bool = True):
+    """``dataset.source`` called on this rank (``(None, None)`` where not ``here``).
+
+    Collective over ``world``: a source that fails on any rank (a missing file,
+    a bad argument) is one ConfigError naming ``dataset.source`` on every rank."""
+    with agree_on_faults(world):
+        return instantiate(cfg.source, path="dataset.source") if here else (None, None)
 
 
 class Strategy:
@@ -28,8 +33,8 @@ class Strategy:
     # see the same batches; the world for data parallelism)
     span = "data"
 
-    def datasets(self, cfg: DatasetConfig, comm, seed: int) -> Tuple[Any, Any]:
-        return _load(cfg)
+    def datasets(self, cfg: DatasetConfig, comm, seed: int, world) -> Tuple[Any, Any]:
+        return _load(cfg, world)
 
     def wrap_iterator(self, iterator, comm, train: bool):
         return iterator
@@ -38,10 +43,10 @@ class Strategy:
 class Scatter(Strategy):
     """Data-rank 0 loads; ``scatter_dataset`` sends each rank its shard (ChainerMN's way)."""
 
-    def datasets(self, cfg, comm, seed):
+    def datasets(self, cfg, comm, seed, world):
         import mnframe
 
-        train, test = _load(cfg) if comm.rank == 0 else (None, None)
+        train, test = _load(cfg, world, here=comm.rank == 0)
         train = mnframe.scatter_dataset(train, comm, shuffle=cfg.shuffle, seed=seed)
         test = mnframe.scatter_dataset(test, comm, shuffle=False)
         return train, test
@@ -50,11 +55,11 @@ class Scatter(Strategy):
 class Shard(Strategy):
     """Every rank loads and keeps its ``scatter_index`` slice (no data traffic)."""
 
-    def datasets(self, cfg, comm, seed):
+    def datasets(self, cfg, comm, seed, world):
         import chainer
         import mnframe
 
-        train, test = _load(cfg)
+        train, test = _load(cfg, world)
 
         def shard(ds, shuffle):
             begin, end = mnframe.scatter_index(len(ds), comm)
@@ -127,13 +132,13 @@ def per_rank_batch_size(cfg: DatasetConfig, data_width: int) -> int:
 def build_data(cfg: DatasetConfig, comms, seed: int, empty: bool = False) -> Data:
     """This rank's datasets and iterators; ``empty``: a receive-only rank's empty dataset.
 
-    ``comms`` has ``.data`` and ``.model`` communicators (builder.communicator)."""
+    ``comms`` has ``.world``, ``.data`` and ``.model`` communicators (builder.communicator)."""
     import mnframe
 
     strategy = STRATEGIES[cfg.strategy]
     data_comm = comms.data
     comm = comms.model if strategy.span == "model" else data_comm
-    train, test = strategy.datasets(cfg, comm, seed)
+    train, test = strategy.datasets(cfg, comm, seed, comms.world)
     if empty:
         train = mnframe.create_empty_dataset(train)
         test = mnframe.create_empty_dataset(test)

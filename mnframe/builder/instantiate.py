@@ -1,11 +1,28 @@
-"""``_target_`` objects: import a dotted path and call it with the config's kwargs."""
+"""``_target_`` objects: import a dotted path and call it with the config's kwargs.
+
+A ``_target_`` that rejects its arguments (a missing data file, a negative
+size) is a configuration problem, not a crash: ``instantiate(..., path=key)``
+turns the exceptions of ``CONFIG_FAULTS`` raised by the call into a
+``ConfigError`` naming ``key`` and the arguments, and ``agree_on_faults`` makes
+every rank raise that error when any rank hit one (ranks build different
+things: only rank 0 loads data for ``scatter``, each model-parallel rank builds
+its own stages). A target can blame its arguments by setting ``argument`` (a
+name or a tuple of names) on the exception it raises (``exc.argument = 'path'``,
+see ``recipes.blame``): the key is then ``key.path``.
+"""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
-from typing import Any, Dict
+from typing import Any, Dict, Iterator, Optional
 
+from mnframe.config.errors import ConfigError
 from mnframe.config.schema import Component
+
+# What a constructor or data loader raises when its arguments are wrong
+# (anything else is a bug and keeps its traceback).
+CONFIG_FAULTS = (OSError, ValueError, TypeError, KeyError)
 
 
 def import_target(dotted: str) -> Any:
@@ -26,5 +43,54 @@ def call_target(dotted: str, kwargs: Dict[str, Any], **provided: Any) -> Any:
     return fn(**provided, **kwargs)
 
 
-def instantiate(component: Component, **provided: Any) -> Any:
-    return call_target(component.target, component.kwargs, **provided)
+def declared_parameters(dotted: str, names) -> set:
+    """Those of ``names`` that ``dotted``'s signature declares by name (not through ``**kwargs``)."""
+    try:
+        params = inspect.signature(import_target(dotted)).parameters
+    except (TypeError, ValueError):
+        return set()
+    return {n for n in names if n in params and params[n].kind is not inspect.Parameter.VAR_KEYWORD}
+
+
+def describe_call(dotted: str, kwargs: Dict[str, Any]) -> str:
+    return f"{dotted}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+
+
+def fault_message(path: str, dotted: str, kwargs: Dict[str, Any], exc: BaseException) -> str:
+    """``key: what failed: why`` for a configuration fault raised by ``dotted(**kwargs)``."""
+    blamed = getattr(exc, "argument", None)
+    blamed = (blamed,) if isinstance(blamed, str) else tuple(blamed or ())
+    key = ", ".join(f"{path}.{a}" for a in blamed) or path
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    return (f"{key}: {describe_call(dotted, kwargs)} failed: {type(exc).__name__}: {text}\n"
+            f"Fix {key} in the recipe YAML or on the command line.")
+
+
+def instantiate(component: Component, path: Optional[str] = None, **provided: Any) -> Any:
+    """Call the component's target; with ``path``, its faults become a ConfigError naming ``path``."""
+    if path is None:
+        return call_target(component.target, component.kwargs, **provided)
+    try:
+        return call_target(component.target, component.kwargs, **provided)
+    except CONFIG_FAULTS as exc:
+        raise ConfigError(fault_message(path, component.target, component.kwargs, exc)) from None
+
+
+@contextlib.contextmanager
+def agree_on_faults(comm) -> Iterator[None]:
+    """Run the block on every rank of ``comm``; if a ConfigError left it on any rank,
+    raise one ConfigError on every rank (each distinct message once)."""
+    from mnframe.utils.collectives import allgather_obj
+
+    error = None
+    try:
+        yield
+    except ConfigError as exc:
+        error = str(exc)
+    errors = allgather_obj(comm, error, name="agree_on_faults")
+    messages = list(dict.fromkeys(e for e in errors if e))
+    if messages:
+        ranks = [r for r, e in enumerate(errors) if e]
+        where = "" if len(ranks) == len(errors) else f" (on rank{'s' if len(ranks) > 1 else ''} " \
+            f"{', '.join(map(str, ranks))})"
+        raise ConfigError(f"building the job failed{where}:\n" + "\n".join(messages))

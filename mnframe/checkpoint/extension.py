@@ -1,7 +1,8 @@
 """The trainer extension that writes checkpoints and handles preemption.
 
 Runs after every other extension of an iteration (priority 0), so the states it
-saves are final for that iteration. Each iteration it (1) if preemption is on,
+saves are final for that iteration. ``save_final`` (called by the runner once
+``trainer.run()`` returns) writes the last iteration too. Each iteration it (1) if preemption is on,
 agrees with the other ranks whether a SIGTERM/SIGUSR1 arrived anywhere (one
 tiny allreduce), (2) writes a checkpoint every ``interval`` iterations or when
 preempted, (3) when preempted, makes the trainer stop after this iteration so
@@ -14,6 +15,7 @@ from chainer.training import extension
 
 from mnframe.checkpoint.objcomm import as_objcomm
 from mnframe.checkpoint.rng import RngState
+from mnframe.checkpoint.store import checkpoint_name
 from mnframe.checkpoint.trainer_io import RNG_KEY, save_trainer
 from mnframe.runtime import guard, preemption
 
@@ -92,6 +94,14 @@ class CheckpointExtension(extension.Extension):
             trainer.updater.iteration, lambda tmp: save_trainer(tmp, trainer, rank),
             config_hash=self.config_hash, config=self.config, reason=reason, keep=self.keep)
         return self.last_saved
+
+    def save_final(self, trainer):
+        """After ``trainer.run()`` returned: a checkpoint of the last iteration, unless
+        one was just written or loaded (collective). Returns its name or None."""
+        iteration = trainer.updater.iteration
+        if iteration == 0 or checkpoint_name(iteration) in (self.last_saved, self.resumed_from):
+            return None
+        return self.save(trainer, reason="final")
 
     def serialize(self, serializer):
         self.rng.serialize(serializer[RNG_KEY])

@@ -193,10 +193,11 @@ class CheckpointStore:
 
     def _select_exact(self, load, listing, verify):
         found = dict(listing)
-        if load not in found:
+        if load not in found:  # the same listing on every rank: the same verdict
             available = ", ".join(found) or "none"
-            raise CheckpointError(f"checkpoint {load!r} (checkpoint.load) is not in {self.root}; "
-                                  f"available: {available}")
+            raise ConfigError(f"checkpoint.load: checkpoint {load!r} is not in {self.root}; "
+                              f"available: {available}. Set checkpoint.load to one of them (or "
+                              f"null for the newest), or point hydra.run.dir at the run that has it.")
         manifest = found[load]
         if isinstance(manifest, str):
             raise CheckpointError(f"checkpoint {load!r} cannot be loaded: {manifest}")

@@ -20,9 +20,9 @@ import hashlib
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from mnframe.config.errors import ConfigError, ConfigIssue, format_issues, suggest
 
@@ -34,11 +34,21 @@ RECIPE_FILE = "recipe.yaml"
 
 @dataclass(frozen=True)
 class ComposedJob:
-    """One composed, resolved job: what rank 0 broadcasts to the other ranks."""
+    """One composed, resolved job: what rank 0 broadcasts to the other ranks.
+
+    ``record``: Hydra's ``.hydra/`` files (name -> YAML), written by the CLI
+    only once the job is accepted (``hydra.output_subdir`` is null so that Hydra
+    does not write them before: a refused job must not overwrite the record of
+    the run it was pointed at). ``job_num`` is the job's number in a sweep
+    (None for a single run), ``overrides`` its command-line overrides.
+    """
 
     config: Dict[str, Any]
     yaml: str
     run_dir: str
+    record: Dict[str, str] = field(default_factory=dict)
+    job_num: Optional[int] = None
+    overrides: Tuple[str, ...] = ()
 
     @property
     def config_hash(self) -> str:
@@ -192,22 +202,41 @@ def compose(overrides: Sequence[str] = (), config_dirs: Sequence[Path] = ()) -> 
             return resolve(hydra_compose(config_name="config", overrides=overrides))
 
 
+def run_dir_error(exc: BaseException, run_dir: Optional[str] = None) -> ConfigError:
+    """The run directory cannot be created or written: which key to change."""
+    where = f" {run_dir}" if run_dir else ""
+    return ConfigError(f"hydra.run.dir: cannot write the run directory{where}: {exc}\n"
+                       f"Set hydra.run.dir (hydra.sweep.dir with -m) to a directory you can write.")
+
+
 def run_hydra(argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str = "mnframe") -> None:
     """Hydra's command line over ``argv``; ``task`` runs once per composed job."""
     import hydra
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
     config_dirs = config_dirs_from_argv(argv)
     register_recipes(config_dirs)
-    in_task = []
+    in_task, task_errors = [], []
 
     def _job(cfg) -> Any:
         in_task.append(True)
         with hydra_errors_as_config_errors(config_dirs):
             config = resolve(cfg)
-        run_dir = HydraConfig.get().runtime.output_dir
-        return task(ComposedJob(config=config, yaml=to_yaml(config), run_dir=run_dir))
+        hydra_cfg = HydraConfig.get()
+        record = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
+                  "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
+        sweep = hydra_cfg.mode == RunMode.MULTIRUN
+        try:
+            return task(ComposedJob(config=config, yaml=to_yaml(config), run_dir=hydra_cfg.runtime.output_dir,
+                                    record=record, job_num=hydra_cfg.job.num if sweep else None,
+                                    overrides=tuple(hydra_cfg.overrides.task)))
+        except BaseException as exc:
+            task_errors.append(exc)
+            raise
 
     main = hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(_job)
     saved_argv, saved_env = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
@@ -222,6 +251,8 @@ def run_hydra(argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str
 
         if isinstance(exc, (HydraException, OmegaConfBaseException)) and not in_task:
             raise hydra_error_to_config_error(exc, config_dirs) from None
+        if isinstance(exc, OSError) and not any(exc is e for e in task_errors):
+            raise run_dir_error(exc) from None  # Hydra could not create the run directory
         raise
     finally:
         sys.argv = saved_argv

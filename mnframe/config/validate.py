@@ -150,7 +150,9 @@ def check_target(path: str, dotted: str, kwargs: Dict[str, Any],
     else:
         unknown = [k for k in kwargs if k not in params]
     names = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    issues = [ConfigIssue(join_path(path, k), f"{dotted} takes no argument {k!r}",
+    issues = [ConfigIssue(join_path(path, k), f"{dotted} gets {k!r} from the runner; remove it from the config")
+              for k in kwargs if k in provided and k in params]
+    issues += [ConfigIssue(join_path(path, k), f"{dotted} takes no argument {k!r}",
                           allowed=", ".join(names) or "no arguments", suggestion=suggest(k, names))
               for k in unknown]
     missing = [n for n, p in params.items()
@@ -227,12 +229,14 @@ def _dataset_issues(cfg: schema.DatasetConfig, dp_width: int) -> List[ConfigIssu
 
 
 def _model_issues(models: Any, topology: Any) -> List[ConfigIssue]:
+    from mnframe.builder.model import COMMUNICATOR_PARAMETERS as provided
+
     issues: List[ConfigIssue] = []
     if isinstance(models, schema.Component):
-        issues += check_target("model", models.target, models.kwargs)
+        issues += check_target("model", models.target, models.kwargs, provided)
     elif isinstance(models, dict):
         for name, comp in models.items():
-            issues += check_target(f"model.{name}", comp.target, comp.kwargs)
+            issues += check_target(f"model.{name}", comp.target, comp.kwargs, provided)
     if isinstance(topology, schema.DataParallelTopology):
         if not models:
             issues.append(ConfigIssue("model", "a data-parallel topology needs a model",
@@ -241,7 +245,7 @@ def _model_issues(models: Any, topology: Any) -> List[ConfigIssue]:
         for r, plan in enumerate(topology.ranks):
             for i, stage in enumerate(plan.stages):
                 issues += check_target(f"topology.ranks.{r}.stages.{i}.module",
-                                       stage.module.target, stage.module.kwargs)
+                                       stage.module.target, stage.module.kwargs, provided)
     return issues
 
 

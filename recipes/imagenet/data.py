@@ -17,6 +17,8 @@ import numpy as np
 import chainer
 from chainer.datasets import LabeledImageDataset
 
+from recipes import blame
+
 # Per-channel ImageNet mean (RGB, 0..255), used when no mean file is given.
 IMAGENET_CHANNEL_MEAN = np.array([123.68, 116.78, 103.94], dtype=np.float32)
 SYNTHETIC_SEED = {'train': 0, 'val': 1}
@@ -93,13 +95,15 @@ def get_datasets(train=None, val=None, root='.', mean=None, synthetic=False, n_s
         bases = (SyntheticImageDataset(n_synthetic, insize, n_class, SYNTHETIC_SEED['train']),
                  SyntheticImageDataset(max(1, n_synthetic // 4), insize, n_class, SYNTHETIC_SEED['val']))
     else:
-        missing = [f"{name}={path!r}" for name, path in (('train', train), ('val', val))
+        lists = {'train': train, 'val': val}
+        missing = [name for name, path in lists.items()
                    if path is None or not os.path.isfile(os.path.expanduser(str(path)))]
         if missing:
-            raise FileNotFoundError(
-                f"imagenet file lists not found: {', '.join(missing)}. Give dataset train/val as files "
+            given = ', '.join(f"{name}={lists[name]!r}" for name in missing)
+            raise blame(tuple(missing), FileNotFoundError(
+                f"imagenet file lists not found ({given}): give train and val as files "
                 f"of 'relative/path.jpg label' lines (paths relative to root={root!r}), "
-                f"or set synthetic=true to benchmark on generated images")
+                f"or set synthetic=true to benchmark on generated images"))
         root = os.path.expanduser(str(root))
         bases = (LabeledImageDataset(os.path.expanduser(str(train)), root),
                  LabeledImageDataset(os.path.expanduser(str(val)), root))
@@ -112,7 +116,7 @@ def _load_mean(mean):
         return IMAGENET_CHANNEL_MEAN
     path = os.path.expanduser(str(mean))
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"mean file {path!r} not found: compute it with Chainer's "
-                                f"compute_mean.py (a (3, H, W) .npy), or leave mean unset to use "
-                                f"the per-channel ImageNet mean")
+        raise blame('mean', FileNotFoundError(
+            f"mean file {path!r} not found: compute it with Chainer's compute_mean.py (a (3, H, W) "
+            f".npy), or leave mean unset to use the per-channel ImageNet mean"))
     return np.load(path).astype(np.float32)

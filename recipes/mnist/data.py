@@ -19,6 +19,8 @@ import os
 import numpy as np
 from chainer.datasets import TupleDataset
 
+from recipes import blame
+
 DIGITS_N_TEST = 297  # 1797 = 1500 train + 297 test
 DIGITS_SPLIT_SEED = 0
 
@@ -58,25 +60,30 @@ def _digits(path=None):
 
 def _mnist(path=None):
     if path is None:
-        raise ValueError("the 'mnist' source needs a path: set dataset path to a directory holding "
-                         "train.npz and test.npz (Chainer's cache, e.g. ~/.chainer/dataset/pfnet/chainer/mnist) "
-                         "or to Keras' mnist.npz")
+        raise blame('path', ValueError(
+            "the 'mnist' source needs a path: set dataset path to a directory holding train.npz and "
+            "test.npz (Chainer's cache, e.g. ~/.chainer/dataset/pfnet/chainer/mnist) or to Keras' mnist.npz"))
     path = os.path.expanduser(str(path))
     keras_file = path if path.endswith('.npz') else os.path.join(path, 'mnist.npz')
     chainer_files = (os.path.join(path, 'train.npz'), os.path.join(path, 'test.npz'))
-    if all(os.path.isfile(f) for f in chainer_files):
-        splits = []
-        for f in chainer_files:
-            with np.load(f) as z:
-                splits.append((z['x'], z['y']))
-    elif os.path.isfile(keras_file):
-        with np.load(keras_file) as z:
-            splits = [(z['x_train'], z['y_train']), (z['x_test'], z['y_test'])]
-    else:
-        raise FileNotFoundError(
+    try:
+        if all(os.path.isfile(f) for f in chainer_files):
+            splits = []
+            for f in chainer_files:
+                with np.load(f) as z:
+                    splits.append((z['x'], z['y']))
+        elif os.path.isfile(keras_file):
+            with np.load(keras_file) as z:
+                splits = [(z['x_train'], z['y_train']), (z['x_test'], z['y_test'])]
+        else:
+            splits = None
+    except (OSError, ValueError, KeyError) as exc:  # unreadable, not an .npz, arrays missing
+        raise blame('path', exc)
+    if splits is None:
+        raise blame('path', FileNotFoundError(
             f"no MNIST data at {path!r}: expected either {chainer_files[0]} and {chainer_files[1]} "
             f"(arrays 'x', 'y', Chainer's cache layout) or {keras_file} (Keras' layout with "
-            f"'x_train', 'y_train', 'x_test', 'y_test'); or use source='digits' which needs no files")
+            f"'x_train', 'y_train', 'x_test', 'y_test'); or use source='digits' which needs no files"))
     return tuple(_as_tuple_dataset(x, y) for x, y in splits)
 
 

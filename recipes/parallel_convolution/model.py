@@ -17,8 +17,8 @@ variant instead also splits the input channels, which changes the model.
 
 ``ParallelConvNet`` is the example's VGG (the CIFAR recipe's layout) built from
 such convolutions; ``width`` scales the channels for small runs. ``comm`` is
-the communicator to split over (the runner passes it; left out, a naive
-communicator over MPI.COMM_WORLD is created).
+the communicator to split over (the runner passes the model communicator:
+the ranks that share each batch).
 """
 import math
 
@@ -26,7 +26,6 @@ import chainer
 import chainer.functions as F
 import chainer.links as L
 
-from recipes import communicator_or_default
 from recipes.cifar.models import VGG
 
 
@@ -77,7 +76,6 @@ class ParallelBlock(chainer.Chain):
 class ParallelConvNet(VGG):
     """The CIFAR VGG with channel-parallel convolutions: ``ParallelConvNet(comm, n_class=10, width=1.0)``."""
 
-    def __init__(self, comm=None, n_class=10, width=1.0, in_channels=3):
-        comm = communicator_or_default(comm)
+    def __init__(self, comm, n_class=10, width=1.0, in_channels=3):
         super().__init__(n_class=n_class, width=width, in_channels=in_channels,
                          block=lambda cin, cout: ParallelBlock(comm, cin, cout))

@@ -12,15 +12,15 @@ decodes the target (teacher forcing) and returns the loss, reporting ``loss``,
 
 The communication is inside the chains (like the example's multi-node
 NStepLSTM), so each rank's model is one stage without ``rank_in``/``rank_out``.
-``comm`` is the communicator holding both ranks (the runner passes it; left
-out, a naive communicator over MPI.COMM_WORLD is created).
+``comm`` is the communicator holding both ranks; the runner passes this rank's
+model-parallel group, so with several replicas each encoder talks to the
+decoder of its own group (``encoder_rank``/``decoder_rank`` are ranks of
+``comm``).
 """
 import numpy as np
 import chainer
 import chainer.functions as F
 import chainer.links as L
-
-from recipes import communicator_or_default
 
 
 def _embed_rows(embed, rows):
@@ -38,10 +38,10 @@ def _rows(x):
 class Encoder(chainer.Chain):
     """Source ids -> final LSTM states, sent to ``decoder_rank``; returns the delegate variable."""
 
-    def __init__(self, comm=None, n_layers=1, n_source_vocab=12, n_target_vocab=12, n_units=32,
+    def __init__(self, comm, n_layers=1, n_source_vocab=12, n_target_vocab=12, n_units=32,
                  decoder_rank=1, dropout=0.1):
         super().__init__()
-        self.comm, self.decoder_rank = communicator_or_default(comm), decoder_rank
+        self.comm, self.decoder_rank = comm, decoder_rank
         with self.init_scope():
             self.embed_x = L.EmbedID(n_source_vocab, n_units)
             self.lstm = L.NStepLSTM(n_layers, n_units, n_units, dropout)
@@ -58,10 +58,10 @@ class Encoder(chainer.Chain):
 class Decoder(chainer.Chain):
     """Receives the encoder's states from ``encoder_rank`` and decodes the target sequence."""
 
-    def __init__(self, comm=None, n_layers=1, n_source_vocab=12, n_target_vocab=12, n_units=32,
+    def __init__(self, comm, n_layers=1, n_source_vocab=12, n_target_vocab=12, n_units=32,
                  encoder_rank=0, dropout=0.1):
         super().__init__()
-        self.comm, self.encoder_rank = communicator_or_default(comm), encoder_rank
+        self.comm, self.encoder_rank = comm, encoder_rank
         with self.init_scope():
             self.embed_y = L.EmbedID(n_target_vocab, n_units)
             self.lstm = L.NStepLSTM(n_layers, n_units, n_units, dropout)
