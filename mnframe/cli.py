@@ -10,7 +10,11 @@ the resolved YAML and run directory to the other ranks, which wait in a
 loop. Every rank then validates the same config and the ranks agree on the
 verdict and the config hash before anything else communicates. Everything
 runs under ``mnframe.runtime.guard.run_main`` (exit 2 on a config error on
-every rank, 1 on any other failure, the whole job aborted).
+every rank, 1 on any other failure, the whole job aborted). In a sweep
+(``-m``) a job that fails with a config error on every rank is reported and
+the next job runs; the exit status at the end is 2 (see ``Leader``). Rank 0
+writes the run's ``config.yaml`` and ``.hydra/`` once the job is accepted,
+or ``FAILED.txt`` in a new run directory when it is not.
 """
 from __future__ import annotations
 
@@ -236,7 +240,7 @@ class Leader:
                 _say(f"mnframe: sweep job {label} failed: configuration error: {exc}\n"
                      f"mnframe: going on with the next job")
             raise
-        except BaseException as exc:
+        except Exception as exc:
             from mnframe.runtime import guard
 
             if guard.installed():  # Hydra would swallow it in a sweep: end the job now
