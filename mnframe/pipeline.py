@@ -2,6 +2,7 @@
 
     config -> communicators -> device (and CPU thread pools) -> dataset and iterators -> model
            -> multi-node optimizer -> updater, trainer, extensions, checkpoints -> run
+           -> a checkpoint of the last iteration and the trained model (model*.npz)
 
 Each step is one builder in ``mnframe.builder`` taking its typed config section
 (``mnframe.config.schema``); this module only wires them together. Every rank

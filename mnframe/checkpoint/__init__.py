@@ -6,6 +6,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "CheckpointConfig": "mnframe.checkpoint.config:CheckpointConfig",
     "CheckpointExtension": "mnframe.checkpoint.extension:CheckpointExtension",
     "CheckpointStore": "mnframe.checkpoint.store:CheckpointStore",
+    "export_models": "mnframe.checkpoint.export:export_models",
     "Manifest": "mnframe.checkpoint.manifest:Manifest",
     "resume": "mnframe.checkpoint.resume:resume",
 })
