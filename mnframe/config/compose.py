@@ -8,6 +8,9 @@
 * ``compose(overrides, config_dirs)``: the same composition without creating
   a run directory (``--check``, tests).
 
+Generated groups: the ``communicator`` options are made from the communicator
+registry (``register_communicators``), so no option file is kept by hand.
+
 Recipes: ``recipe=NAME`` finds ``recipes/NAME/recipe.yaml`` (shipped), or in a
 user's ``--config-dir D``: ``D/NAME.yaml``, ``D/NAME/recipe.yaml`` or Hydra's
 own ``D/recipe/NAME.yaml``. Recipe files are global packages (they set any
@@ -108,6 +111,31 @@ def register_recipes(config_dirs: Sequence[Path] = ()) -> Dict[str, Path]:
     return recipes
 
 
+def communicator_options() -> Dict[str, Dict[str, Any]]:
+    """The ``communicator`` group: one option per registry name and ``auto``, each
+    ``create_communicator``'s arguments with the schema's defaults and that name."""
+    from mnframe.communicators.registry import AUTO, COMMUNICATORS
+    from mnframe.config.schema import CommunicatorConfig
+
+    return {name: CommunicatorConfig(name=name).model_dump() for name in [AUTO, *COMMUNICATORS]}
+
+
+def register_communicators() -> Dict[str, Dict[str, Any]]:
+    """Put the generated ``communicator`` options into Hydra's config store."""
+    from hydra.core.config_store import ConfigStore
+
+    store, options = ConfigStore.instance(), communicator_options()
+    for name, node in options.items():
+        store.store(group="communicator", name=name, node=node)
+    return options
+
+
+def register_groups(config_dirs: Sequence[Path] = ()) -> None:
+    """Every option Hydra finds in the config store rather than in ``conf/``."""
+    register_communicators()
+    register_recipes(config_dirs)
+
+
 # -- Hydra errors as config errors --------------------------------------------
 
 _OVERRIDE_KEY = re.compile(r"Could not override '([^']+)'")
@@ -148,7 +176,7 @@ def list_group_options(group: str, config_dirs: Sequence[Path] = ()) -> List[str
     """The choices of a config group (recipes included)."""
     if group == "recipe":
         return sorted(find_recipes(config_dirs))
-    names = set()
+    names = set(communicator_options()) if group == "communicator" else set()
     for d in [CONF_DIR, *config_dirs]:
         names |= {p.stem for p in (d / group).glob("*.yaml")}
     return sorted(names)
@@ -182,7 +210,7 @@ def compose(overrides: Sequence[str] = (), config_dirs: Sequence[Path] = ()) -> 
     from hydra.core.global_hydra import GlobalHydra
 
     config_dirs = [Path(d).resolve() for d in config_dirs]
-    register_recipes(config_dirs)
+    register_groups(config_dirs)
     overrides = list(overrides)
     if config_dirs:
         overrides.append("hydra.searchpath=[" + ",".join(f"file://{d}" for d in config_dirs) + "]")
@@ -199,7 +227,7 @@ def run_hydra(argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str
     from hydra.core.hydra_config import HydraConfig
 
     config_dirs = config_dirs_from_argv(argv)
-    register_recipes(config_dirs)
+    register_groups(config_dirs)
     in_task = []
 
     def _job(cfg) -> Any:
