@@ -8,8 +8,14 @@
 * ``compose(overrides, config_dirs)``: the same composition without creating
   a run directory (``--check``, tests).
 
-Generated groups: the ``communicator`` options are made from the communicator
-registry (``register_communicators``), so no option file is kept by hand.
+Generated config: the ``communicator`` options are made from the communicator
+registry (``register_communicators``), and ``dataset_defaults`` (the base under
+every ``dataset`` option) from the schema's defaults, so neither is kept by hand.
+
+Recipe-local options: ``recipes/NAME/GROUP/OPTION.yaml`` (or the same under a
+user's ``--config-dir``) is option ``OPTION`` of group ``GROUP``, e.g. the
+mnist recipe's ``dataset=digits`` and ``model=mlp``: config that points at a
+recipe's code lives with that code.
 
 Recipes: ``recipe=NAME`` finds ``recipes/NAME/recipe.yaml`` (shipped), or in a
 user's ``--config-dir D``: ``D/NAME.yaml``, ``D/NAME/recipe.yaml`` or Hydra's
@@ -25,7 +31,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
 from mnframe.config.errors import ConfigError, ConfigIssue, format_issues, suggest
 
@@ -111,6 +117,59 @@ def register_recipes(config_dirs: Sequence[Path] = ()) -> Dict[str, Path]:
     return recipes
 
 
+def find_recipe_options(config_dirs: Sequence[Path] = ()) -> Dict[Tuple[str, str], Path]:
+    """(group, option) -> YAML file, from ``<recipe folder>/<group>/<option>.yaml``.
+
+    Shipped recipes first, a user's directories overriding; two shipped recipes
+    (or two folders of one directory) defining the same option is an error.
+    """
+    from mnframe.config.schema import RunConfig
+
+    groups = set(RunConfig.model_fields)
+    found: Dict[Tuple[str, str], Path] = {}
+    for root in [RECIPES_DIR, *config_dirs]:
+        mine: Dict[Tuple[str, str], Path] = {}
+        for path in sorted(root.glob("*/*/*.yaml")):
+            recipe_dir, group = path.parent.parent, path.parent.name
+            if group not in groups or not (recipe_dir / RECIPE_FILE).is_file():
+                continue
+            key = (group, path.stem)
+            if key in mine:
+                raise ConfigError(f"config option {group}={path.stem} is defined twice: {mine[key]} and {path}; "
+                                  f"rename one of them")
+            mine[key] = path
+        found.update(mine)
+    return found
+
+
+def register_recipe_options(config_dirs: Sequence[Path] = ()) -> Dict[Tuple[str, str], Path]:
+    """Put every recipe-local option into Hydra's config store."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    store = ConfigStore.instance()
+    options = find_recipe_options(config_dirs)
+    for (group, name), path in options.items():
+        try:
+            node = OmegaConf.load(path)
+        except Exception as exc:  # a YAML syntax error names the file
+            raise ConfigError(f"cannot read config option {group}={name} from {path}: {exc}") from None
+        store.store(group=group, name=name, node=node)
+    return options
+
+
+def dataset_defaults() -> Dict[str, Any]:
+    """The schema's ``DatasetConfig`` defaults, under every ``dataset`` option: a recipe
+    states only what differs, and every key can still be overridden on the command line."""
+    from mnframe.config.schema import DatasetConfig
+
+    out: Dict[str, Any] = {"source": {"_target_": "???"}}  # required: set by the option or the recipe
+    for name, field in DatasetConfig.model_fields.items():
+        if not field.is_required():
+            out[name] = field.get_default(call_default_factory=True)
+    return out
+
+
 def communicator_options() -> Dict[str, Dict[str, Any]]:
     """The ``communicator`` group: one option per registry name and ``auto``, each
     ``create_communicator``'s arguments with the schema's defaults and that name."""
@@ -131,8 +190,12 @@ def register_communicators() -> Dict[str, Dict[str, Any]]:
 
 
 def register_groups(config_dirs: Sequence[Path] = ()) -> None:
-    """Every option Hydra finds in the config store rather than in ``conf/``."""
+    """Every config Hydra finds in the config store rather than in ``conf/``."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="dataset_defaults", node=dataset_defaults(), package="dataset")
     register_communicators()
+    register_recipe_options(config_dirs)
     register_recipes(config_dirs)
 
 
@@ -177,6 +240,7 @@ def list_group_options(group: str, config_dirs: Sequence[Path] = ()) -> List[str
     if group == "recipe":
         return sorted(find_recipes(config_dirs))
     names = set(communicator_options()) if group == "communicator" else set()
+    names |= {name for g, name in find_recipe_options(config_dirs) if g == group}
     for d in [CONF_DIR, *config_dirs]:
         names |= {p.stem for p in (d / group).glob("*.yaml")}
     return sorted(names)
