@@ -1,17 +1,11 @@
-"""``_target_`` objects: import a dotted path and call it with the config's kwargs."""
+"""``_target_`` objects: import the path (``mnframe._import_path``) and call it with the config's kwargs."""
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any, Dict
 
+from mnframe._import_path import resolve as import_target  # validate.check_target checked the path already
 from mnframe.config.schema import Component
-
-
-def import_target(dotted: str) -> Any:
-    """``package.module.attr`` -> the attribute (validate.check_target checked it already)."""
-    module_name, _, attr = dotted.rpartition(".")
-    return getattr(importlib.import_module(module_name), attr)
 
 
 def call_target(dotted: str, kwargs: Dict[str, Any], **provided: Any) -> Any:

@@ -1,7 +1,7 @@
 """``create_communicator``: a name from the registry table -> a communicator instance."""
 import difflib
 
-from mnframe._lazy import resolve as _resolve  # "module:Class" -> the class
+from mnframe._import_path import resolve as _resolve  # "module:Class" -> the class
 from mnframe.communicators import config, registry
 
 

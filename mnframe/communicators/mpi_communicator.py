@@ -13,7 +13,7 @@ call because the ranks have just agreed on the gradients' signature.
 import numpy as np
 from mpi4py import MPI
 
-from mnframe._lazy import resolve
+from mnframe._import_path import resolve
 from mnframe.communicators import config, object_ops, packing, topology
 from mnframe.communicators import array_collectives as pc
 from mnframe.communicators.base import CommunicatorBase
