@@ -49,10 +49,6 @@ class ComposedJob:
     yaml: str
     run_dir: str
 
-    @property
-    def config_hash(self) -> str:
-        return config_hash(self.yaml)
-
 
 def config_hash(yaml_text: str) -> str:
     return hashlib.sha256(yaml_text.encode()).hexdigest()

@@ -117,7 +117,7 @@ def issues_from_validation(err: ValidationError, data: Any, prefix: str,
 # -- pass 2: names and _target_s -------------------------------------------------
 
 def _import_target(dotted: str):
-    """Import ``pkg.module.attr`` (or ``pkg.module:attr``); return (object, None, None) or (None, error text, suggestion)."""
+    """Import ``pkg.module.attr`` (or ``pkg.module:attr``): (object, None, None) or (None, problem, suggestion)."""
     from mnframe._import_path import locate
 
     return locate(dotted)
@@ -385,10 +385,3 @@ def extensions_of(cfg: schema.RunConfig) -> Dict[str, schema.ExtensionBase]:
     ext, issues = _extension_issues(cfg.extensions)
     raise_issues(issues)
     return ext
-
-
-def data_parallel_width(cfg: schema.RunConfig, world_size: int) -> int:
-    """How many ranks share the data (world size / model-parallel group size)."""
-    if isinstance(cfg.topology, schema.ModelParallelTopology):
-        return max(1, world_size // cfg.topology.group_size)
-    return world_size

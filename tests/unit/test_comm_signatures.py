@@ -1,11 +1,11 @@
-"""Every communicator name and method exists with the spec's (003) signature; the factory's errors."""
+"""Every communicator name and method exists with the ChainerMN API reference's signature; the factory's errors."""
 import inspect
 
 import pytest
 
 from mnframe.communicators import registry
 
-# method -> its parameters in spec 003 order (name, default or REQUIRED)
+# method -> its parameters in the API reference's order (name, default or REQUIRED)
 REQUIRED = object()
 SPEC_METHODS = {
     "split": [("color", REQUIRED), ("key", REQUIRED)],
@@ -65,12 +65,12 @@ def test_methods_and_properties(label, cls):
 
 def test_every_spec_name_is_registered():
     assert sorted(registry.COMMUNICATORS) == sorted(SPEC_NAMES)  # the spec's list, not ours
-    for name, info in registry.COMMUNICATORS.items():
+    for info in registry.COMMUNICATORS.values():
         assert info.cpu_ok == ("numpy" in info.reducers) and "cupy" in info.reducers
         assert info.needs_cuda == (not info.cpu_ok)
         assert isinstance(info.needs_cuda, bool) and isinstance(info.needs_nccl, bool) and info.description
     gpu_only = sorted(n for n, i in registry.COMMUNICATORS.items() if i.needs_cuda)
-    assert gpu_only == ["non_cuda_aware", "pure_nccl"]  # spec 003: CPU not OK for these two
+    assert gpu_only == ["non_cuda_aware", "pure_nccl"]  # API reference: CPU not OK for these two
 
 
 @pytest.mark.parametrize("name", list(registry.COMMUNICATORS))
