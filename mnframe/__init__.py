@@ -42,7 +42,7 @@ def __getattr__(name):
     target = _EXPORTS.get(name)
     if target is None:
         raise AttributeError(f"module 'mnframe' has no attribute {name!r}")
-    from mnframe._lazy import resolve  # the lazy-table helper (import-light)
+    from mnframe._import_path import resolve  # import-light
 
     value = globals()[name] = resolve(target)  # cache: the next lookup is a plain dict hit
     return value

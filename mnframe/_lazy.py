@@ -1,20 +1,12 @@
 """Lazy attribute tables for mnframe's subpackages (PEP 562).
 
-A subpackage lists ``name -> "module:attribute"``; the module is imported the
-first time the name is used. This keeps ``import mnframe`` cheap and lets GPU
+A subpackage lists ``name -> "module:attribute"`` (``mnframe._import_path``);
+the module is imported the first time the name is used. This keeps ``import mnframe`` cheap and lets GPU
 code stay unimported on machines without CUDA.
 """
 import importlib
 
-
-def resolve(target):
-    """``target`` itself, or for a ``"module:attribute"`` string that attribute
-    (the module when there is no attribute), imported now."""
-    if not isinstance(target, str):
-        return target
-    module_name, _, attr = target.partition(":")
-    value = importlib.import_module(module_name)
-    return getattr(value, attr) if attr else value
+from mnframe._import_path import resolve
 
 
 def lazy_exports(package_name, table):

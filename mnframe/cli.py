@@ -332,9 +332,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         from mnframe.doctor import main as doctor_main
 
         sys.exit(doctor_main(argv[1:]))
-    try:
-        from mnframe.runtime.guard import run_main
-    except ImportError:  # pragma: no cover - the runtime area not there yet
-        _main(argv)
-        return
+    from mnframe.runtime.guard import run_main
+
     sys.exit(run_main(_main, argv))

@@ -13,22 +13,16 @@ see ``recipes.blame``): the key is then ``key.path``.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
 from typing import Any, Dict, Iterator, Optional
 
 from mnframe.config.errors import ConfigError
+from mnframe._import_path import resolve as import_target  # validate.check_target checked the path already
 from mnframe.config.schema import Component
 
 # What a constructor or data loader raises when its arguments are wrong
 # (anything else is a bug and keeps its traceback).
 CONFIG_FAULTS = (OSError, ValueError, TypeError, KeyError)
-
-
-def import_target(dotted: str) -> Any:
-    """``package.module.attr`` -> the attribute (validate.check_target checked it already)."""
-    module_name, _, attr = dotted.rpartition(".")
-    return getattr(importlib.import_module(module_name), attr)
 
 
 def call_target(dotted: str, kwargs: Dict[str, Any], **provided: Any) -> Any:

@@ -6,7 +6,6 @@ overrides it); ``HOOKS`` maps config fields to optimizer hooks;
 """
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable, Dict
 
 from mnframe.builder.instantiate import import_target
@@ -99,10 +98,8 @@ def build_optimizer(cfg: OptimizerConfig, model, comm):
     import mnframe
 
     actual = import_target(cfg.target or OPTIMIZERS[cfg.name])(**optimizer_kwargs(cfg))
-    options = {"double_buffering": cfg.double_buffering}
-    if "zero_fill" in inspect.signature(mnframe.create_multi_node_optimizer).parameters:
-        options["zero_fill"] = cfg.zero_fill
-    optimizer = mnframe.create_multi_node_optimizer(actual, comm, **options)
+    optimizer = mnframe.create_multi_node_optimizer(actual, comm, double_buffering=cfg.double_buffering,
+                                                    zero_fill=cfg.zero_fill)
     optimizer.setup(model)
     for field, make_hook in HOOKS.items():
         value = getattr(cfg, field)

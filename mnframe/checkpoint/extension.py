@@ -13,7 +13,6 @@ import sys
 
 from chainer.training import extension
 
-from mnframe.checkpoint.objcomm import as_objcomm
 from mnframe.checkpoint.rng import RngState
 from mnframe.checkpoint.store import checkpoint_name
 from mnframe.checkpoint.trainer_io import RNG_KEY, save_trainer
@@ -49,7 +48,6 @@ class CheckpointExtension(extension.Extension):
                  preemption_enabled=True, abort_on_error=True):
         self.store = store
         self.comm = comm
-        self.objcomm = as_objcomm(comm)
         self.interval = int(interval)
         self.keep = keep
         self.config_hash = config_hash
@@ -80,7 +78,7 @@ class CheckpointExtension(extension.Extension):
         if self.preemption_enabled and preemption.agree(self.comm):
             self.preempted = True
             self.save(trainer, reason="preemption")
-            if self.objcomm.rank == 0:
+            if self.comm.rank == 0:
                 sys.stderr.write(f"mnframe: preempted; checkpoint {self.last_saved} written at "
                                  f"iteration {iteration}, stopping\n")
         elif iteration % self.interval == 0:
@@ -89,7 +87,7 @@ class CheckpointExtension(extension.Extension):
     def save(self, trainer, reason="interval"):
         """Write a checkpoint of ``trainer`` now (collective)."""
         self.bind(trainer)
-        rank = self.objcomm.rank
+        rank = self.comm.rank
         self.last_saved = self.store.save(
             trainer.updater.iteration, lambda tmp: save_trainer(tmp, trainer, rank),
             config_hash=self.config_hash, config=self.config, reason=reason, keep=self.keep)

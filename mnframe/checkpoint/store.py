@@ -22,8 +22,8 @@ import shutil
 import sys
 
 from mnframe.checkpoint.manifest import MANIFEST, FileEntry, Manifest, check_file, sha256_file
-from mnframe.checkpoint.objcomm import as_objcomm
 from mnframe.runtime.errors import CheckpointError, ConfigError
+from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_write_text, fsync_dir
 
 _NAME_RE = re.compile(r"^iter_(\d{8,})$")
@@ -45,7 +45,7 @@ class CheckpointStore:
 
     def __init__(self, root, comm):
         self.root = os.path.abspath(os.fspath(root))
-        self.comm = as_objcomm(comm)
+        self.comm = comm  # a mnframe or mpi4py communicator (both have rank and size)
 
     def path(self, name):
         return os.path.join(self.root, name)
@@ -69,7 +69,7 @@ class CheckpointStore:
                 os.makedirs(tmp)
             except OSError as exc:
                 err = f"cannot create {tmp}: {exc}"
-        err = self.comm.bcast(err)
+        err = collectives.bcast_obj(self.comm, err, name="checkpoint.bcast_obj")
         if err:
             raise CheckpointError(f"checkpoint {name} not written: {err}")
 
@@ -80,7 +80,7 @@ class CheckpointStore:
                 entries[fname] = FileEntry(size=os.path.getsize(path), sha256=sha256_file(path), rank=rank)
         except Exception as exc:  # shared below: every rank raises the same error
             err = f"rank {rank}: {type(exc).__name__}: {exc}"
-        results = self.comm.allgather((entries, err))
+        results = collectives.allgather_obj(self.comm, (entries, err), name="checkpoint.allgather_obj")
         errors = [e for _, e in results if e]
         if errors:
             if rank == 0:
@@ -102,7 +102,7 @@ class CheckpointStore:
                     self._collect_garbage(keep)
             except Exception as exc:
                 err = f"rank 0 could not commit {self.path(name)}: {type(exc).__name__}: {exc}"
-        err = self.comm.bcast(err)
+        err = collectives.bcast_obj(self.comm, err, name="checkpoint.bcast_obj")
         if err:
             raise CheckpointError(err)
         return name
@@ -148,14 +148,15 @@ class CheckpointStore:
                     listing.append((name, f"{self.path(name)} has no {MANIFEST} (incomplete)"))
                 except Exception as exc:
                     listing.append((name, f"{self.path(name)}/{MANIFEST} is unreadable: {exc}"))
-        return self.comm.bcast(listing)
+        return collectives.bcast_obj(self.comm, listing, name="checkpoint.bcast_obj")
 
     def verify(self, name, manifest):
         """Every problem with checkpoint ``name``'s files (collective: ranks share the hashing)."""
         names = sorted(manifest.files)
         mine = [names[i] for i in range(self.comm.rank, len(names), self.comm.size)]
         problems = [p for f in mine if (p := check_file(self.path(name), f, manifest.files[f]))]
-        return sorted(p for part in self.comm.allgather(problems) for p in part)
+        parts = collectives.allgather_obj(self.comm, problems, name="checkpoint.allgather_obj")
+        return sorted(p for part in parts for p in part)
 
     def select(self, resume="auto", load=None, verify=True):
         """The checkpoint to resume from as (name, Manifest), or None (collective).

@@ -13,6 +13,7 @@ import os
 import chainer
 
 from mnframe.runtime.errors import CheckpointError
+from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_path
 
 RNG_KEY = "mnframe_rng"
@@ -46,7 +47,7 @@ def load_trainer(directory, manifest, trainer, comm):
         chainer.serializers.load_npz(path, trainer, ignore_names=_is_per_rank if resharded else None)
     except Exception as exc:
         err = f"rank {comm.rank} could not load {path}: {type(exc).__name__}: {exc}"
-    errors = [e for e in comm.allgather(err) if e]
+    errors = [e for e in collectives.allgather_obj(comm, err, name="checkpoint.allgather_obj") if e]
     if errors:
         raise CheckpointError("resume failed (did the model, optimizer or extensions change?): "
                               + "; ".join(errors))

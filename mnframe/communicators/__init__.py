@@ -1,4 +1,4 @@
-"""Communicators: create_communicator and the strategies behind it (see factory.py for the name table)."""
+"""Communicators: create_communicator and the strategies behind it (registry.py holds the name table)."""
 from mnframe._lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {

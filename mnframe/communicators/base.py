@@ -1,6 +1,6 @@
 """``CommunicatorBase``: the interface every mnframe communicator implements.
 
-Names and signatures follow the ChainerMN API reference (spec 003). Methods
+Names and signatures follow the ChainerMN API reference. Methods
 without a suffix move NumPy/CuPy arrays; ``*_obj`` methods move picklable
 Python objects; ``multi_node_mean_grad``/``bcast_data`` work on Chainer links.
 The implementation shared by all names is ``MpiCommunicator``; this module

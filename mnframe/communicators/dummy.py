@@ -12,7 +12,6 @@ class DummyReducer(GradReducer):
         pass
 
 
-class DummyCommunicator(MpiCommunicator):
+class DummyCommunicator(MpiCommunicator, registry_name="dummy"):
     """No gradient communication (benchmarking only)."""
 
-    reducers = {"numpy": DummyReducer, "cupy": "mnframe.communicators.device_reducers:DummyDeviceReducer"}

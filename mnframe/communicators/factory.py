@@ -1,7 +1,7 @@
 """``create_communicator``: a name from the registry table -> a communicator instance."""
 import difflib
 
-from mnframe._lazy import resolve as _resolve  # "module:Class" -> the class
+from mnframe._import_path import resolve as _resolve  # "module:Class" -> the class
 from mnframe.communicators import config, registry
 
 
@@ -48,10 +48,6 @@ def create_communicator(communicator_name=None, mpi_comm=None, allreduce_grad_dt
 
 
 def _notify_activation(comm):
-    try:
-        from mnframe.runtime import activation
-    except ModuleNotFoundError as e:
-        if e.name != "mnframe.runtime.activation":
-            raise
-        return
+    from mnframe.runtime import activation
+
     activation.on_communicator_created(comm)

@@ -12,7 +12,6 @@ class FlatReducer(GradReducer):
             scale_inplace(arr, scale)
 
 
-class FlatCommunicator(MpiCommunicator):
+class FlatCommunicator(MpiCommunicator, registry_name="flat"):
     """One flat buffer and an in-place MPI allreduce over all ranks."""
 
-    reducers = {"numpy": FlatReducer, "cupy": "mnframe.communicators.device_reducers:flat_reducer"}

@@ -38,7 +38,6 @@ class HierarchicalReducer(ShmReducer):
         self.fence(buffer, "hier:done")
 
 
-class HierarchicalCommunicator(MpiCommunicator):
+class HierarchicalCommunicator(MpiCommunicator, registry_name="hierarchical"):
     """Shared-memory reduce in the node, leaders' allreduce, shared-memory broadcast."""
 
-    reducers = {"numpy": HierarchicalReducer, "cupy": "mnframe.communicators.device_reducers:NcclHierarchicalReducer"}

@@ -5,14 +5,15 @@ It composes the parts: node discovery (topology), array and object operations
 averaging strategies, ``reducers``, which is all that differs between names:
 a table from the gradients' array module ("numpy", "cupy") to a reducer class
 or factory (a "module:attr" string is imported on first use, so GPU strategies
-never load on CPU jobs). A strategy is created the first time gradients of its
+never load on CPU jobs). A subclass declared with ``registry_name=NAME`` takes
+the table of that name's row in ``registry.COMMUNICATORS``. A strategy is created the first time gradients of its
 module are averaged; that is collective, and every rank reaches it at the same
 call because the ranks have just agreed on the gradients' signature.
 """
 import numpy as np
 from mpi4py import MPI
 
-from mnframe._lazy import resolve
+from mnframe._import_path import resolve
 from mnframe.communicators import config, object_ops, packing, topology
 from mnframe.communicators import array_collectives as pc
 from mnframe.communicators.base import CommunicatorBase
@@ -27,6 +28,15 @@ class MpiCommunicator(CommunicatorBase):
 
     reducers = {}  # array module of the gradients -> reducer class/factory or "module:attr"
     double_buffering = "mpi"  # how create_multi_node_optimizer(double_buffering=True) overlaps
+    registry_name = None  # the name this class is registered under (registry.COMMUNICATORS)
+
+    def __init_subclass__(cls, registry_name=None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if registry_name is not None:
+            from mnframe.communicators.registry import COMMUNICATORS
+
+            cls.registry_name = registry_name
+            cls.reducers = dict(COMMUNICATORS[registry_name].reducers)
 
     @classmethod
     def grad_devices(cls):

@@ -34,7 +34,6 @@ class NaiveReducer(GradReducer):
                     p.grad = wire.astype(p.array.dtype)
 
 
-class NaiveCommunicator(MpiCommunicator):
+class NaiveCommunicator(MpiCommunicator, registry_name="naive"):
     """Per-parameter MPI allreduce; works on any placement, CPU or GPU arrays."""
 
-    reducers = {"numpy": NaiveReducer, "cupy": "mnframe.communicators.device_reducers:NaiveDeviceReducer"}

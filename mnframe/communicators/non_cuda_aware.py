@@ -9,7 +9,6 @@ algorithm (so it keeps the node structure), and copied back in one transfer
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 
 
-class NonCudaAwareCommunicator(MpiCommunicator):
+class NonCudaAwareCommunicator(MpiCommunicator, registry_name="non_cuda_aware"):
     """GPU gradients staged through host shared memory; MPI never sees device pointers."""
 
-    reducers = {"cupy": "mnframe.communicators.device_reducers:HostStagedReducer"}

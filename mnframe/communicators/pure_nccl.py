@@ -9,8 +9,7 @@ current stream, handed back as views. float16 on the wire
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 
 
-class PureNcclCommunicator(MpiCommunicator):
+class PureNcclCommunicator(MpiCommunicator, registry_name="pure_nccl"):
     """NCCL allreduce of a packed device buffer (float16/32/64 on the wire)."""
 
-    reducers = {"cupy": "mnframe.communicators.device_reducers:NcclAllReducer"}
     double_buffering = "nccl"  # create_multi_node_optimizer(double_buffering=True) overlaps on a CUDA stream

@@ -1,7 +1,11 @@
 """The table of communicator names (import-light: no mpi4py, no CuPy).
 
-The framework's config validator reads ``COMMUNICATORS`` (names, ``needs_cuda``,
-``cpu_ok``) without starting MPI; the factory resolves ``class_path`` lazily.
+The one place a communicator name is stated: the factory resolves
+``class_path`` lazily, each class takes its ``reducers`` from its row, the
+runner's ``communicator`` config group is generated from ``COMMUNICATORS``
+(``mnframe.config.compose``), and the config validator reads ``needs_cuda``
+and ``cpu_ok`` without starting MPI. Adding a name is one row here plus its
+module.
 
 ``default_name()`` (what ``create_communicator()`` uses when no name is given):
 ``pure_nccl`` when CuPy with CUDA devices and NCCL is importable, otherwise
@@ -13,36 +17,66 @@ NumPy gradients.
 """
 import dataclasses
 import importlib.util
+import types
+from typing import Mapping
 
 
 @dataclasses.dataclass(frozen=True)
 class CommunicatorInfo:
-    class_path: str     # "module:Class"
-    needs_cuda: bool    # needs CuPy and a CUDA device
-    needs_nccl: bool    # needs NCCL (through CuPy)
-    cpu_ok: bool        # averages NumPy (CPU) gradients
+    """One communicator name: its class and the strategy per gradient array module.
+
+    ``reducers`` maps the array module of the gradients ("numpy", "cupy") to a
+    ``"module:attr"`` reducer class or factory; the class registered under the
+    name takes it as its own ``reducers`` table (``MpiCommunicator``'s
+    ``registry_name``), and ``cpu_ok``/``needs_cuda`` follow from its keys.
+    """
+
+    class_path: str                 # "module:Class"
+    reducers: Mapping[str, str]     # "numpy"/"cupy" -> "module:attr"
+    needs_nccl: bool                # needs NCCL (through CuPy)
     description: str
+
+    @property
+    def cpu_ok(self) -> bool:
+        """Averages NumPy (CPU) gradients."""
+        return "numpy" in self.reducers
+
+    @property
+    def needs_cuda(self) -> bool:
+        """GPU only: needs CuPy and a CUDA device."""
+        return not self.cpu_ok
 
 
 _P = "mnframe.communicators."
+_GPU = _P + "device_reducers:"
+
+
+def _info(module, cls, numpy, cupy, description, needs_nccl=False):
+    reducers = {"numpy": f"{_P}{numpy}"} if numpy else {}
+    reducers["cupy"] = _GPU + cupy
+    return CommunicatorInfo(f"{_P}{module}:{cls}", types.MappingProxyType(reducers), needs_nccl, description)
+
 
 COMMUNICATORS = {
-    "naive": CommunicatorInfo(_P + "naive:NaiveCommunicator", False, False, True,
-                              "one MPI allreduce per parameter (reference, testing)"),
-    "flat": CommunicatorInfo(_P + "flat:FlatCommunicator", False, False, True,
-                             "one persistent flat buffer, one MPI allreduce over all ranks"),
-    "hierarchical": CommunicatorInfo(_P + "hierarchical:HierarchicalCommunicator", False, False, True,
-                                     "shared-memory reduce in the node, leaders' allreduce, broadcast in the node"),
-    "two_dimensional": CommunicatorInfo(_P + "two_dimensional:TwoDimensionalCommunicator", False, False, True,
-                                        "shared-memory reduce-scatter, per-slice allreduce across nodes, allgather"),
-    "single_node": CommunicatorInfo(_P + "single_node:SingleNodeCommunicator", False, False, True,
-                                    "all ranks on one node: one fused shared-memory pass"),
-    "dummy": CommunicatorInfo(_P + "dummy:DummyCommunicator", False, False, True,
-                              "no gradient exchange (benchmarking only)"),
-    "pure_nccl": CommunicatorInfo(_P + "pure_nccl:PureNcclCommunicator", True, True, False,
-                                  "NCCL allreduce of GPU gradients"),
-    "non_cuda_aware": CommunicatorInfo(_P + "non_cuda_aware:NonCudaAwareCommunicator", True, False, False,
-                                       "GPU gradients staged through host memory and averaged over MPI"),
+    "naive": _info("naive", "NaiveCommunicator", "naive:NaiveReducer", "NaiveDeviceReducer",
+                   "one MPI allreduce per parameter (reference, testing)"),
+    "flat": _info("flat", "FlatCommunicator", "flat:FlatReducer", "flat_reducer",
+                  "one persistent flat buffer, one MPI allreduce over all ranks"),
+    "hierarchical": _info("hierarchical", "HierarchicalCommunicator", "hierarchical:HierarchicalReducer",
+                          "NcclHierarchicalReducer",
+                          "shared-memory reduce in the node, leaders' allreduce, broadcast in the node"),
+    "two_dimensional": _info("two_dimensional", "TwoDimensionalCommunicator",
+                             "two_dimensional:TwoDimensionalReducer", "NcclTwoDimensionalReducer",
+                             "shared-memory reduce-scatter, per-slice allreduce across nodes, allgather"),
+    # the two_dimensional reducer as is: on one node it is the fused pass (the class refuses several nodes)
+    "single_node": _info("single_node", "SingleNodeCommunicator", "two_dimensional:TwoDimensionalReducer",
+                         "NcclSingleNodeReducer", "all ranks on one node: one fused shared-memory pass"),
+    "dummy": _info("dummy", "DummyCommunicator", "dummy:DummyReducer", "DummyDeviceReducer",
+                   "no gradient exchange (benchmarking only)"),
+    "pure_nccl": _info("pure_nccl", "PureNcclCommunicator", None, "NcclAllReducer",
+                       "NCCL allreduce of GPU gradients", needs_nccl=True),
+    "non_cuda_aware": _info("non_cuda_aware", "NonCudaAwareCommunicator", None, "HostStagedReducer",
+                            "GPU gradients staged through host memory and averaged over MPI"),
 }
 
 CPU_DEFAULT = "two_dimensional"
@@ -86,3 +120,4 @@ def name_for_device(device):
 
 def cpu_names():
     return [n for n, info in COMMUNICATORS.items() if info.cpu_ok]
+

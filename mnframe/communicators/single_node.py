@@ -4,7 +4,6 @@ The same algorithm as two_dimensional on one node. Created on several nodes it
 raises (on every rank alike, since all ranks see the same topology).
 """
 from mnframe.communicators.mpi_communicator import MpiCommunicator
-from mnframe.communicators.two_dimensional import TwoDimensionalReducer
 
 
 def require_one_node(topology):
@@ -14,13 +13,11 @@ def require_one_node(topology):
             f"{topology.inter_size} nodes; use 'two_dimensional' or 'hierarchical' instead")
 
 
-class SingleNodeCommunicator(MpiCommunicator):
-    """One node only: fused shared-memory reduce-scatter + allgather (NCCL allreduce on GPUs)."""
+class SingleNodeCommunicator(MpiCommunicator, registry_name="single_node"):
+    """One node only: fused shared-memory reduce-scatter + allgather (NCCL allreduce on GPUs).
 
-    # the two_dimensional reducer as is: on one node it is the fused pass, and
-    # __init__ has already refused several nodes
-    reducers = {"numpy": TwoDimensionalReducer,
-                "cupy": "mnframe.communicators.device_reducers:NcclSingleNodeReducer"}
+    The two_dimensional reducer as is (registry row): on one node it is the
+    fused pass, and ``__init__`` refuses several nodes."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

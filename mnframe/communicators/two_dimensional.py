@@ -146,8 +146,6 @@ def _is_kept(kept, index, grad):
     return ref is not None and ref() is grad
 
 
-class TwoDimensionalCommunicator(MpiCommunicator):
+class TwoDimensionalCommunicator(MpiCommunicator, registry_name="two_dimensional"):
     """Reduce-scatter in the node (shared memory), allreduce per slice across nodes, allgather."""
 
-    reducers = {"numpy": TwoDimensionalReducer,
-                "cupy": "mnframe.communicators.device_reducers:NcclTwoDimensionalReducer"}

@@ -8,6 +8,15 @@
 * ``compose(overrides, config_dirs)``: the same composition without creating
   a run directory (``--check``, tests).
 
+Generated config: the ``communicator`` options are made from the communicator
+registry (``register_communicators``), and ``dataset_defaults`` (the base under
+every ``dataset`` option) from the schema's defaults, so neither is kept by hand.
+
+Recipe-local options: ``recipes/NAME/GROUP/OPTION.yaml`` (or the same under a
+user's ``--config-dir``) is option ``OPTION`` of group ``GROUP``, e.g. the
+mnist recipe's ``dataset=digits`` and ``model=mlp``: config that points at a
+recipe's code lives with that code.
+
 Recipes: ``recipe=NAME`` finds ``recipes/NAME/recipe.yaml`` (shipped), or in a
 user's ``--config-dir D``: ``D/NAME.yaml``, ``D/NAME/recipe.yaml`` or Hydra's
 own ``D/recipe/NAME.yaml``. Recipe files are global packages (they set any
@@ -49,10 +58,6 @@ class ComposedJob:
     record: Dict[str, str] = field(default_factory=dict)
     job_num: Optional[int] = None
     overrides: Tuple[str, ...] = ()
-
-    @property
-    def config_hash(self) -> str:
-        return config_hash(self.yaml)
 
 
 def config_hash(yaml_text: str) -> str:
@@ -118,6 +123,88 @@ def register_recipes(config_dirs: Sequence[Path] = ()) -> Dict[str, Path]:
     return recipes
 
 
+def find_recipe_options(config_dirs: Sequence[Path] = ()) -> Dict[Tuple[str, str], Path]:
+    """(group, option) -> YAML file, from ``<recipe folder>/<group>/<option>.yaml``.
+
+    Shipped recipes first, a user's directories overriding; two shipped recipes
+    (or two folders of one directory) defining the same option is an error.
+    """
+    from mnframe.config.schema import RunConfig
+
+    groups = set(RunConfig.model_fields)
+    found: Dict[Tuple[str, str], Path] = {}
+    for root in [RECIPES_DIR, *config_dirs]:
+        mine: Dict[Tuple[str, str], Path] = {}
+        for path in sorted(root.glob("*/*/*.yaml")):
+            recipe_dir, group = path.parent.parent, path.parent.name
+            if group not in groups or not (recipe_dir / RECIPE_FILE).is_file():
+                continue
+            key = (group, path.stem)
+            if key in mine:
+                raise ConfigError(f"config option {group}={path.stem} is defined twice: {mine[key]} and {path}; "
+                                  f"rename one of them")
+            mine[key] = path
+        found.update(mine)
+    return found
+
+
+def register_recipe_options(config_dirs: Sequence[Path] = ()) -> Dict[Tuple[str, str], Path]:
+    """Put every recipe-local option into Hydra's config store."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    store = ConfigStore.instance()
+    options = find_recipe_options(config_dirs)
+    for (group, name), path in options.items():
+        try:
+            node = OmegaConf.load(path)
+        except Exception as exc:  # a YAML syntax error names the file
+            raise ConfigError(f"cannot read config option {group}={name} from {path}: {exc}") from None
+        store.store(group=group, name=name, node=node)
+    return options
+
+
+def dataset_defaults() -> Dict[str, Any]:
+    """The schema's ``DatasetConfig`` defaults, under every ``dataset`` option: a recipe
+    states only what differs, and every key can still be overridden on the command line."""
+    from mnframe.config.schema import DatasetConfig
+
+    out: Dict[str, Any] = {"source": {"_target_": "???"}}  # required: set by the option or the recipe
+    for name, spec in DatasetConfig.model_fields.items():
+        if not spec.is_required():
+            out[name] = spec.get_default(call_default_factory=True)
+    return out
+
+
+def communicator_options() -> Dict[str, Dict[str, Any]]:
+    """The ``communicator`` group: one option per registry name and ``auto``, each
+    ``create_communicator``'s arguments with the schema's defaults and that name."""
+    from mnframe.communicators.registry import AUTO, COMMUNICATORS
+    from mnframe.config.schema import CommunicatorConfig
+
+    return {name: CommunicatorConfig(name=name).model_dump() for name in [AUTO, *COMMUNICATORS]}
+
+
+def register_communicators() -> Dict[str, Dict[str, Any]]:
+    """Put the generated ``communicator`` options into Hydra's config store."""
+    from hydra.core.config_store import ConfigStore
+
+    store, options = ConfigStore.instance(), communicator_options()
+    for name, node in options.items():
+        store.store(group="communicator", name=name, node=node)
+    return options
+
+
+def register_groups(config_dirs: Sequence[Path] = ()) -> None:
+    """Every config Hydra finds in the config store rather than in ``conf/``."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="dataset_defaults", node=dataset_defaults(), package="dataset")
+    register_communicators()
+    register_recipe_options(config_dirs)
+    register_recipes(config_dirs)
+
+
 # -- Hydra errors as config errors --------------------------------------------
 
 _OVERRIDE_KEY = re.compile(r"Could not override '([^']+)'")
@@ -158,7 +245,8 @@ def list_group_options(group: str, config_dirs: Sequence[Path] = ()) -> List[str
     """The choices of a config group (recipes included)."""
     if group == "recipe":
         return sorted(find_recipes(config_dirs))
-    names = set()
+    names = set(communicator_options()) if group == "communicator" else set()
+    names |= {name for g, name in find_recipe_options(config_dirs) if g == group}
     for d in [CONF_DIR, *config_dirs]:
         names |= {p.stem for p in (d / group).glob("*.yaml")}
     return sorted(names)
@@ -192,7 +280,7 @@ def compose(overrides: Sequence[str] = (), config_dirs: Sequence[Path] = ()) -> 
     from hydra.core.global_hydra import GlobalHydra
 
     config_dirs = [Path(d).resolve() for d in config_dirs]
-    register_recipes(config_dirs)
+    register_groups(config_dirs)
     overrides = list(overrides)
     if config_dirs:
         overrides.append("hydra.searchpath=[" + ",".join(f"file://{d}" for d in config_dirs) + "]")
@@ -219,7 +307,7 @@ def run_hydra(argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str
     from omegaconf import OmegaConf
 
     config_dirs = config_dirs_from_argv(argv)
-    register_recipes(config_dirs)
+    register_groups(config_dirs)
     in_task, task_errors = [], []
 
     def _job(cfg) -> Any:

@@ -11,13 +11,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional, Sequence
 
-try:
-    from mnframe.runtime.errors import ConfigError
-except ImportError:  # pragma: no cover - until the runtime area lands
-    class ConfigError(ValueError):
-        """A configuration is invalid (exit status 2)."""
-
-        exit_status = 2
+from mnframe.runtime.errors import ConfigError
 
 _MISSING = object()
 

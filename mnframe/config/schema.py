@@ -26,6 +26,8 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
+from mnframe.checkpoint.config import CheckpointConfig
+
 PositiveInt = Annotated[int, Field(gt=0)]
 Unit = Literal["epoch", "iteration"]
 
@@ -314,16 +316,7 @@ EXTENSION_KINDS: Dict[str, type] = {
 
 # -- checkpoint --------------------------------------------------------------
 
-try:  # the reliability area's model, when it exists, is the source of truth
-    from mnframe.checkpoint.config import CheckpointConfig  # type: ignore
-except ImportError:  # pragma: no cover - fallback until mnframe.checkpoint lands
-    class CheckpointConfig(Strict):  # type: ignore[no-redef]
-        """Periodic multi-node checkpoints of the whole training state."""
-
-        enabled: bool = True
-        interval: PositiveInt = 1
-        unit: Unit = "epoch"
-        keep: PositiveInt = 2
+# ``CheckpointConfig`` is the checkpoint package's own model (imported above).
 
 
 # -- the whole run -----------------------------------------------------------

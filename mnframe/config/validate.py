@@ -16,7 +16,6 @@ verdict from the same broadcast config:
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 import typing
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -118,18 +117,10 @@ def issues_from_validation(err: ValidationError, data: Any, prefix: str,
 # -- pass 2: names and _target_s -------------------------------------------------
 
 def _import_target(dotted: str):
-    """Import ``pkg.module.attr``; return (object, None) or (None, error text, suggestion)."""
-    module_name, _, attr = dotted.rpartition(".")
-    if not module_name:
-        return None, "not a dotted path `package.module.name`", None
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        return None, f"cannot import module {module_name!r} ({exc})", None
-    if not hasattr(module, attr):
-        names = [n for n in dir(module) if not n.startswith("_")]
-        return None, f"module {module_name!r} has no attribute {attr!r}", suggest(attr, names)
-    return getattr(module, attr), None, None
+    """Import ``pkg.module.attr`` (or ``pkg.module:attr``): (object, None, None) or (None, problem, suggestion)."""
+    from mnframe._import_path import locate
+
+    return locate(dotted)
 
 
 def check_target(path: str, dotted: str, kwargs: Dict[str, Any],
@@ -398,10 +389,3 @@ def extensions_of(cfg: schema.RunConfig) -> Dict[str, schema.ExtensionBase]:
     ext, issues = _extension_issues(cfg.extensions)
     raise_issues(issues)
     return ext
-
-
-def data_parallel_width(cfg: schema.RunConfig, world_size: int) -> int:
-    """How many ranks share the data (world size / model-parallel group size)."""
-    if isinstance(cfg.topology, schema.ModelParallelTopology):
-        return max(1, world_size // cfg.topology.group_size)
-    return world_size

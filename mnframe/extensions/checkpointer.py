@@ -162,7 +162,7 @@ class MultiNodeCheckpointer(extension.Extension):
                 chainer.serializers.load_npz(os.path.join(directory, fname), trainer)
             except Exception as e:  # share it, so no rank runs on alone
                 error = f"loading {fname} failed: {type(e).__name__}: {e}"
-            collectives.raise_if_any(self.comm, error)
+            collectives.share_verdict(self.comm, error, "checkpointer.load")
             loaded = it
             break
         if loaded is not None and optimizer is not None:

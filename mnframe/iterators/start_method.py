@@ -1,4 +1,4 @@
-"""Process start method for MultiprocessIterator workers under MPI (spec 000).
+"""Process start method for MultiprocessIterator workers under MPI (ChainerMN's FAQ: forkserver).
 
 ``fork`` after ``MPI_Init`` duplicates the MPI library's state (and, with
 InfiniBand, pinned memory registrations) into the workers, which can crash or

@@ -124,9 +124,9 @@ def _choose_mpi(comm, x):
 
 def _choose_nccl(comm, x):
     reason = _NcclExchange.unavailable_reason()
-    collectives.raise_if_any(  # the same error on every rank, none left in a collective
+    collectives.share_verdict(  # the same error on every rank, none left in a collective
         comm, None if reason is None else f"communication_backend='nccl' needs {reason}; "
-                                          f"install CuPy with NCCL or use 'mpi' or 'auto'")
+                                          f"install CuPy with NCCL or use 'mpi' or 'auto'", "mnbn.choose_backend")
     return _NcclExchange(comm)
 
 

@@ -20,7 +20,7 @@ With ``double_buffering=True`` see :mod:`mnframe.optimizers.double_buffering`
 (NCCL on a side CUDA stream, for communicators that declare
 ``double_buffering = "nccl"``).
 """
-from mnframe._lazy import resolve
+from mnframe._import_path import resolve
 from mnframe.optimizers.double_buffering import StaleGradientAverager
 
 # a communicator's ``double_buffering`` attribute -> the averager that overlaps its exchange

@@ -1,7 +1,7 @@
 """The abort guard: one rank's failure ends the whole MPI job, quickly and loudly.
 
 By default an MPI job whose rank raises hangs: the other ranks wait forever in
-their next collective (spec 000/002). The guard installs ``sys.excepthook`` and
+their next collective (the hang ChainerMN's FAQ warns about). The guard installs ``sys.excepthook`` and
 ``threading.excepthook`` so that an uncaught exception, ``KeyboardInterrupt`` or
 a crashed background thread prints the rank, host, pid and full traceback and
 then calls ``MPI.COMM_WORLD.Abort(status)``; MPICH's mpiexec then kills every

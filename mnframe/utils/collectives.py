@@ -1,17 +1,20 @@
-"""Small host-side collectives used by links and extensions.
+"""The host-side collectives of mnframe's own links, extensions and checkpoints.
 
-The links and trainer extensions exchange a few statistics (batch-norm moments,
-persistents, observations, file lists). They talk to the communicator's
-``mpi_comm`` directly, on host buffers, so they work with every communicator
-kind; each call is recorded in the op log so the collective watchdog can
-enforce its deadline and name the operation a stuck rank is in.
+They exchange a few statistics, objects and verdicts (batch-norm moments,
+persistents, observations, file lists, checkpoint manifests) over the
+communicator's ``mpi_comm`` (or a raw mpi4py communicator), so they work with
+every communicator kind. Objects move through the communicators' own object
+transport (``communicators.object_ops``: pickled bytes as arrays, chunked,
+a pickling failure raised on every rank); each call is recorded in the op log
+under its caller's name, so the collective watchdog can enforce its deadline
+and name the operation a stuck rank is in.
 """
 import numpy
 
 from mnframe.runtime import oplog
 
 __all__ = ["mpi_comm_of", "allreduce_sum", "allgather_array", "allgather_obj", "bcast_obj",
-           "send_obj", "recv_obj", "all_agree", "raise_if_any"]
+           "send_obj", "recv_obj", "all_agree", "share_verdict"]
 
 
 def mpi_comm_of(comm):
@@ -47,27 +50,35 @@ def allgather_array(comm, array, name="allgather"):
 
 def allgather_obj(comm, obj, name="allgather_obj"):
     """A list with every rank's picklable ``obj``, in rank order."""
+    from mnframe.communicators import object_ops
+
     mpi_comm = mpi_comm_of(comm)
     with oplog.op(name):
-        return mpi_comm.allgather(obj)
+        return object_ops.allgather_obj(mpi_comm, obj)
 
 
 def bcast_obj(comm, obj, root=0, name="bcast_obj"):
+    from mnframe.communicators import object_ops
+
     mpi_comm = mpi_comm_of(comm)
     with oplog.op(name, peer=root):
-        return mpi_comm.bcast(obj, root=root)
+        return object_ops.bcast_obj(mpi_comm, obj, root=root)
 
 
 def send_obj(comm, obj, dest, tag=0, name="send_obj"):
+    from mnframe.communicators import object_ops
+
     mpi_comm = mpi_comm_of(comm)
     with oplog.op(name, peer=dest):
-        mpi_comm.send(obj, dest=dest, tag=tag)
+        object_ops.send_obj(mpi_comm, obj, dest, tag)
 
 
 def recv_obj(comm, source, tag=0, name="recv_obj"):
+    from mnframe.communicators import object_ops
+
     mpi_comm = mpi_comm_of(comm)
     with oplog.op(name, peer=source):
-        return mpi_comm.recv(source=source, tag=tag)
+        return object_ops.recv_obj(mpi_comm, source, tag)
 
 
 def all_agree(comm, ok, name="agree"):
@@ -76,13 +87,10 @@ def all_agree(comm, ok, name="agree"):
     return int(allreduce_sum(comm, flag, name=name)[0]) == 0
 
 
-def raise_if_any(comm, error, exc_type=RuntimeError, name="share_errors"):
-    """Share per-rank error strings; every rank raises the same error if any rank has one.
+def share_verdict(comm, error, what, exc_type=RuntimeError):
+    """Share this rank's ``error`` (None: fine, or a message); every rank raises the same
+    ``exc_type`` if any rank has one (``communicators.verdict.raise_if_any``), so no
+    rank goes on into a collective the others have abandoned."""
+    from mnframe.communicators.verdict import raise_if_any
 
-    ``error`` is ``None`` (this rank is fine) or a message. Because the verdict
-    is shared, no rank goes on into a collective the others have abandoned.
-    """
-    errors = allgather_obj(comm, error, name=name)
-    bad = [(r, e) for r, e in enumerate(errors) if e is not None]
-    if bad:
-        raise exc_type("; ".join(f"rank {r}: {e}" for r, e in bad))
+    raise_if_any(allgather_obj(comm, error, name=f"verdict:{what}"), what, exc_type)

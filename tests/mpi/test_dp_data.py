@@ -183,7 +183,7 @@ def test_synchronized_iterator_shares_order(comm):
 
 
 def test_multiprocess_iterator_under_mpi(comm):
-    """MultiprocessIterator workers under MPI (forkserver applied by the wrapper, spec 000)."""
+    """MultiprocessIterator workers under MPI (forkserver applied by the wrapper, as ChainerMN's FAQ advises)."""
     import multiprocessing
     data = np.arange(12, dtype=np.int32).reshape(6, 2) + comm.rank * 1000
     it = chainer.iterators.MultiprocessIterator(data, 3, shuffle=True, n_processes=1, n_prefetch=1)

@@ -63,7 +63,7 @@ def batch(n=8, n_in=6, n_out=2, seed=1):
     return rng.randn(n, n_in).astype(np.float32), rng.randint(0, n_out, n).astype(np.int32)
 
 
-# -- spec 003: split MLP on 2 processes ------------------------------------------
+# -- API reference: split MLP on 2 processes ------------------------------------------
 
 class MLP(chainer.Chain):
     def __init__(self, n_in, n_hidden, n_out):
@@ -141,7 +141,7 @@ def test_split_mlp_on_split_communicator(comm):
 
 
 def test_split_mlp_with_updater_and_empty_dataset(comm):
-    """004 pattern 3: rank 1 only receives, so it iterates an empty dataset of the
+    """Model-parallel tutorial, input pattern 3: rank 1 only receives, so it iterates an empty dataset of the
     same length; both ranks run Chainer's StandardUpdater and Trainer."""
     from mnframe.datasets import create_empty_dataset
     if comm.rank > 1:
@@ -251,7 +251,7 @@ def test_pipeline_over_all_ranks_trains_like_one_process(comm):
 
 
 def test_ensemble_with_scattered_datasets_and_updater(comm):
-    """004 pattern 1 + Example 2: each rank trains on its own shard and the
+    """Model-parallel tutorial, input pattern 1 + Example 2: each rank trains on its own shard and the
     ranks average their predictions with allgather."""
     from mnframe.datasets import scatter_dataset
 
@@ -295,7 +295,7 @@ def test_ensemble_allgather_gradients_match_reference(comm):
     assert_grads_equal(mine, ref[comm.rank], f"rank {comm.rank} ")
 
 
-# -- spec 003: sending tuples ----------------------------------------------------------
+# -- API reference: sending tuples ----------------------------------------------------------
 
 class NN0(chainer.Chain):
     def __init__(self):
@@ -335,14 +335,14 @@ def test_sending_tuples(comm):
         assert_grads_equal(nn1, ref1, "NN1 ")
 
 
-# -- spec 003: non-connected graphs ---------------------------------------------------------
+# -- API reference: non-connected graphs ---------------------------------------------------------
 
 def _links(n):
     return seeded(lambda: [L.Linear(3, 3) for _ in range(n)], seed=4)
 
 
 def test_non_connected_graph(comm):
-    """NonConnectedGraph (003), on the ranks we have: rank 0 receives from q and
+    """NonConnectedGraph (API reference), on the ranks we have: rank 0 receives from q and
     sends to p (component A), then receives from p and sends to q (B).
     p = 1, q = size-1; with 2 ranks p == q. The whole model is
     E(B(C(A(D(x))))), D and E on q, C on p."""
@@ -379,7 +379,7 @@ def test_non_connected_graph(comm):
 
 
 def test_non_connected_graph_with_intermediate_outputs(comm):
-    """NonConnectedGraph2 (003): on rank 0, A (rank_in=1, rank_out=None) makes the
+    """NonConnectedGraph2 (API reference): on rank 0, A (rank_in=1, rank_out=None) makes the
     model outputs, then B (rank_in=None, rank_out=1) sends; the returned outputs
     are pseudo-connected to B's delegate so backward reaches both."""
     if comm.rank > 1:
@@ -431,7 +431,7 @@ def test_several_outputs_and_several_sends(comm):
         F.sum(y).backward()
 
 
-# -- spec 004: delegate variables with the plain functions ----------------------------
+# -- model-parallel tutorial: delegate variables with the plain functions ----------------------------
 
 def test_004_delegate_variable_example(comm):
     """Model_0: f -> send to 1, recv from 1 (delegate) -> h. Model_1: recv -> g -> send."""

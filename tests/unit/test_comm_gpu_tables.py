@@ -19,7 +19,7 @@ def _load(target):
 def test_every_name_has_a_gpu_strategy_and_cpu_ones_a_cpu_strategy(name):
     info = registry.COMMUNICATORS[name]
     cls = _resolve(info.class_path)
-    assert "cupy" in cls.grad_devices(), f"{name} must average CuPy gradients (spec 003: GPU OK)"
+    assert "cupy" in cls.grad_devices(), f"{name} must average CuPy gradients (ChainerMN API reference: GPU OK)"
     assert ("numpy" in cls.grad_devices()) == info.cpu_ok
     for target in cls.reducers.values():
         assert callable(_load(target))

@@ -1,11 +1,11 @@
-"""Every communicator name and method exists with the spec's (003) signature; the factory's errors."""
+"""Every communicator name and method exists with the ChainerMN API reference's signature; the factory's errors."""
 import inspect
 
 import pytest
 
 from mnframe.communicators import registry
 
-# method -> its parameters in spec 003 order (name, default or REQUIRED)
+# method -> its parameters in the API reference's order (name, default or REQUIRED)
 REQUIRED = object()
 SPEC_METHODS = {
     "split": [("color", REQUIRED), ("key", REQUIRED)],
@@ -64,10 +64,33 @@ def test_methods_and_properties(label, cls):
 
 
 def test_every_spec_name_is_registered():
-    assert sorted(registry.COMMUNICATORS) == sorted(SPEC_NAMES)
-    for name, info in registry.COMMUNICATORS.items():
-        assert info.cpu_ok == (name not in ("pure_nccl", "non_cuda_aware"))
+    assert sorted(registry.COMMUNICATORS) == sorted(SPEC_NAMES)  # the spec's list, not ours
+    for info in registry.COMMUNICATORS.values():
+        assert info.cpu_ok == ("numpy" in info.reducers) and "cupy" in info.reducers
+        assert info.needs_cuda == (not info.cpu_ok)
         assert isinstance(info.needs_cuda, bool) and isinstance(info.needs_nccl, bool) and info.description
+    gpu_only = sorted(n for n, i in registry.COMMUNICATORS.items() if i.needs_cuda)
+    assert gpu_only == ["non_cuda_aware", "pure_nccl"]  # API reference: CPU not OK for these two
+
+
+@pytest.mark.parametrize("name", list(registry.COMMUNICATORS))
+def test_class_takes_its_reducers_from_its_registry_row(name):
+    from mnframe.communicators.factory import _resolve
+    info = registry.COMMUNICATORS[name]
+    cls = _resolve(info.class_path)
+    assert cls.registry_name == name
+    assert cls.reducers == dict(info.reducers)
+    assert cls.grad_devices() == frozenset(info.reducers)
+    for target in info.reducers.values():
+        assert callable(_resolve(target))  # GPU strategies import without CuPy
+
+
+def test_config_group_is_generated_from_the_registry():
+    from mnframe.config.compose import compose, list_group_options
+    assert list_group_options("communicator") == sorted([registry.AUTO, *registry.COMMUNICATORS])
+    for name in [registry.AUTO, *registry.COMMUNICATORS]:
+        cfg = compose([f"communicator={name}"])
+        assert cfg["communicator"] == {"name": name, "allreduce_grad_dtype": None, "batched_copy": False}
 
 
 def test_create_communicator_signature():

@@ -134,3 +134,60 @@ def test_chainer_adam_builds_chainers_own_class():
     from mnframe.builder.optimizer import OPTIMIZERS
 
     assert import_target(OPTIMIZERS["chainer_adam"]) is chainer.optimizers.Adam
+
+
+# -- recipe-local options and the generated dataset defaults -------------------
+
+def test_recipe_local_options_are_group_options():
+    options = C.find_recipe_options()
+    assert options[("dataset", "digits")] == C.RECIPES_DIR / "mnist" / "dataset" / "digits.yaml"
+    assert options[("model", "mlp")] == C.RECIPES_DIR / "mnist" / "model" / "mlp.yaml"
+    assert ("topology", "mlp_two_ranks") in options
+    for (group, option), path in options.items():
+        assert option in C.list_group_options(group)
+        assert not (C.CONF_DIR / group / path.name).exists(), f"{path} shadows conf/{group}/{path.name}"
+    raw = C.compose(["recipe=mnist_model_parallel", "model=mlp", "dataset=mnist", "dataset.source.path=/x"])
+    assert raw["model"]["_target_"] == "recipes.mnist.model.MLP" and raw["dataset"]["source"]["source"] == "mnist"
+    assert raw["topology"]["kind"] == "model_parallel"
+
+
+def test_user_recipe_folder_brings_its_own_options(tmp_path):
+    (tmp_path / "toy" / "model").mkdir(parents=True)
+    (tmp_path / "toy" / "recipe.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /model: tiny\nname: toy\n")
+    (tmp_path / "toy" / "model" / "tiny.yaml").write_text("_target_: recipes.mnist.model.MLP\nn_units: 8\n")
+    cfg = validate(C.compose(["recipe=toy"], [tmp_path]), 1)
+    assert cfg.model.kwargs["n_units"] == 8
+    assert "tiny" in C.list_group_options("model", [tmp_path])
+
+
+def test_same_option_in_two_recipe_folders_is_an_error(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name / "model").mkdir(parents=True)
+        (tmp_path / name / "recipe.yaml").write_text("# @package _global_\nname: x\n")
+        (tmp_path / name / "model" / "same.yaml").write_text("_target_: x.y\n")
+    with pytest.raises(ConfigError, match="model=same is defined twice"):
+        C.find_recipe_options([tmp_path])
+
+
+def test_dataset_defaults_come_from_the_schema():
+    from mnframe.config.schema import DatasetConfig
+
+    defaults = C.dataset_defaults()
+    for name, field in DatasetConfig.model_fields.items():
+        if not field.is_required():
+            assert defaults[name] == field.default
+    assert defaults["source"] == {"_target_": "???"}
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_recipe_states_only_what_differs_and_every_dataset_key_is_overridable(recipe):
+    import yaml
+
+    stated = yaml.safe_load(C.find_recipes()[recipe].read_text()).get("dataset") or {}
+    defaults = C.dataset_defaults()
+    same = sorted(k for k, v in stated.items() if k != "source" and defaults.get(k) == v)
+    assert not same, f"recipe {recipe} restates the schema's dataset defaults {same}"
+    raw = C.compose([f"recipe={recipe}", "dataset.loader=multiprocess", "dataset.n_processes=2"])
+    assert set(raw["dataset"]) == set(defaults)
+    assert raw["dataset"]["loader"] == "multiprocess" and raw["dataset"]["n_processes"] == 2

@@ -10,7 +10,7 @@ import pytest
 
 from mnframe.testing import run_mpi
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 ITERATIONS = 2
 
 # recipe -> (tiny overrides, keys its log must report)

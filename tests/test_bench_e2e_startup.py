@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _run(script, *args, timeout=300):
@@ -20,7 +20,7 @@ def _run(script, *args, timeout=300):
 
 def test_bench_e2e_small_runs_both_sides():
     out = _run('bench_e2e.py', '--workloads', 'mnist', 'imagenet', '--ranks', '2')
-    rows = [line for line in out.splitlines() if line.startswith('| mnist') or line.startswith('| imagenet')]
+    rows = [line for line in out.splitlines() if line.startswith(('| mnist', '| imagenet'))]
     assert len(rows) == 2, out
     for row in rows:
         cells = [c.strip() for c in row.strip('|').split('|')]

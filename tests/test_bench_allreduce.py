@@ -3,7 +3,7 @@ from pathlib import Path
 
 from mnframe.testing import run_mpi
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_bench_allreduce_small():

@@ -8,7 +8,7 @@ import pytest
 
 from mnframe.testing import run_mpi
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def mnframe(*args, cwd=REPO, timeout=120):

@@ -14,7 +14,7 @@ import pytest
 
 from mnframe.testing import run_mpi
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "bench" / "bench_gpu.py"
 
 
