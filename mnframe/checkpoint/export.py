@@ -14,7 +14,7 @@ Load one into the same link built by hand::
 """
 import os
 
-from mnframe.utils.collectives import raise_if_any
+from mnframe.utils.collectives import share_verdict
 from mnframe.utils.fs import atomic_path
 from mnframe.runtime.errors import CheckpointError
 
@@ -43,5 +43,5 @@ def export_models(run_dir, models, writer, world, model_rank=None):
                 written.append(path)
         except OSError as exc:
             error = f"cannot export the model into {run_dir}: {exc}"
-    raise_if_any(world, error, exc_type=CheckpointError, name="export_models")
+    share_verdict(world, error, "export_models", CheckpointError)
     return written
