@@ -182,7 +182,8 @@ def install():
     global _installed
     if _installed:
         return
-    _previous["sys"] = sys.excepthook
+    from mnframe.runtime import early_hook
+    _previous["sys"] = early_hook.previous_of(sys.excepthook)
     _previous["threading"] = threading.excepthook
     sys.excepthook = _excepthook
     threading.excepthook = _thread_excepthook
