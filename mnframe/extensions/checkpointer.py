@@ -34,6 +34,7 @@ from chainer.training import extension
 from mnframe.runtime import activation, preemption
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_path
+from mnframe.utils.npz import save_npz
 
 __all__ = ["create_multi_node_checkpointer"]
 
@@ -125,7 +126,7 @@ class MultiNodeCheckpointer(extension.Extension):
         os.makedirs(directory, exist_ok=True)
         start = time.perf_counter()
         with atomic_path(os.path.join(directory, self._filename(iteration))) as tmp:
-            chainer.serializers.save_npz(tmp, target)
+            save_npz(tmp, target)  # chainer's, but closes its zip even on a full disk
         self.stats.record(time.perf_counter() - start)
         if iteration in self.files:
             self.files.remove(iteration)

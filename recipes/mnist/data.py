@@ -19,6 +19,8 @@ import os
 import numpy as np
 from chainer.datasets import TupleDataset
 
+from mnframe.utils.npz import load_arrays
+
 DIGITS_N_TEST = 297  # 1797 = 1500 train + 297 test
 DIGITS_SPLIT_SEED = 0
 
@@ -67,11 +69,11 @@ def _mnist(path=None):
     if all(os.path.isfile(f) for f in chainer_files):
         splits = []
         for f in chainer_files:
-            with np.load(f) as z:
-                splits.append((z['x'], z['y']))
+            z = load_arrays(f, ('x', 'y'), what="Chainer MNIST cache file")
+            splits.append((z['x'], z['y']))
     elif os.path.isfile(keras_file):
-        with np.load(keras_file) as z:
-            splits = [(z['x_train'], z['y_train']), (z['x_test'], z['y_test'])]
+        z = load_arrays(keras_file, ('x_train', 'y_train', 'x_test', 'y_test'), what="Keras mnist.npz")
+        splits = [(z['x_train'], z['y_train']), (z['x_test'], z['y_test'])]
     else:
         raise FileNotFoundError(
             f"no MNIST data at {path!r}: expected either {chainer_files[0]} and {chainer_files[1]} "
