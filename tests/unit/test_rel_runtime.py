@@ -78,11 +78,14 @@ def test_debug_point_to_point_names():
 
 def test_no_guard_opt_out(monkeypatch):
     from mnframe.runtime import activation
+    import types
     monkeypatch.setitem(activation._done, "activated", False)
+    monkeypatch.setitem(activation._done, "validated", False)
     # Earlier tests in this process may have started a watchdog: start from none.
     monkeypatch.setitem(watchdog._active, "watchdog", None)
     monkeypatch.setenv(activation.ENV_NO_GUARD, "1")
-    activation.on_communicator_created(object())  # would fail on a real start: nothing happens
+    rank0 = types.SimpleNamespace(Get_rank=lambda: 0)  # validation only asks the rank
+    activation.on_communicator_created(rank0)  # would fail on a real start: nothing happens
     assert not activation.activated() and watchdog.current() is None
 
 
