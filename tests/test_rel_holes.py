@@ -57,6 +57,12 @@ if mode == "raw-mpi-call":
         comm.allreduce(x)             # mnframe op: its deadline fires
     else:
         comm.mpi_comm.Barrier()       # a raw MPI call, outside mnframe
+if mode == "os-exit":
+    if comm.rank == 1:
+        mark(1)
+        os._exit(7)
+    time.sleep(30)
+    comm.allreduce(x)
 if mode == "stuck-collective":
     if comm.rank == 1:
         mark(1)
@@ -190,6 +196,26 @@ def test_timeout_report_names_a_raw_mpi_call(tmp_path):
     err = result.stderr
     assert "never arrived: rank 1" in err and "blocked in the MPI call Barrier at" in err
     assert "running Python at" not in err
+
+
+# -- 7. os._exit(n) on one rank is named ----------------------------------------------------------
+
+def test_os_exit_on_one_rank_is_named(tmp_path):
+    # The sentinel (runtime/sentinel.py) reads the exit status before the launcher reaps the
+    # rank: best effort on a loaded machine, so up to three attempts must name it once.
+    named = False
+    for _ in range(3):
+        result, end = _hole(tmp_path, "os-exit")
+        assert result.returncode == 7, result.output[-3000:]
+        took = end - _mark(tmp_path, 1)
+        assert took < 5.0, f"job ended {took:.1f} s after os._exit\n{result.output[-3000:]}"
+        if "mnframe: rank 1 (pid " in result.stderr:
+            assert "on host" in result.stderr and "exited with status 7 without running its exit handlers" \
+                in result.stderr, result.stderr[-3000:]
+            named = True
+            break
+    assert named, result.output[-3000:]
+    assert "exited with status" not in _hole(tmp_path, "ok")[0].stderr  # a clean job: silent
 
 
 # -- jobs of the training script (tests/test_rel_jobs.py's TRAIN_SCRIPT) ------------------------

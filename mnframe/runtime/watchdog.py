@@ -460,6 +460,9 @@ def start(mpi_comm):
     if _active["watchdog"] is None:
         _active["watchdog"] = Watchdog(mpi_comm).start()
         atexit.register(_announce_exit_at_exit)
+        if mpi_comm.Get_size() > 1:
+            from mnframe.runtime import sentinel
+            sentinel.start(mpi_comm.Get_rank())
     return _active["watchdog"]
 
 
@@ -477,7 +480,10 @@ def stop():
 def _announce_exit_at_exit():
     wd = _active["watchdog"]
     mpi = sys.modules.get("mpi4py.MPI")
+    from mnframe.runtime import sentinel
     if wd is None or mpi is None or mpi.Is_finalized():
+        sentinel.explained()
         return
     wd.announce_exit()
     wd.wait_for_everyone(exit_timeout())
+    sentinel.explained()  # every rank got here: what follows is MPI_Finalize
