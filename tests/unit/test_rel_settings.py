@@ -55,3 +55,12 @@ def test_every_variable_the_library_reads_is_in_the_table():
     for path in (REPO / "mnframe").rglob("*.py"):
         read |= set(re.findall(r"\bMNFRAME_[A-Z_]+[A-Z]\b", path.read_text()))
     assert read <= set(settings.BY_NAME) | set(settings.TOOL_VARIABLES), read - set(settings.BY_NAME)
+
+
+def test_every_test_named_in_the_reliability_docs_exists():
+    docs = (REPO / "docs" / "reliability.md").read_text()
+    named = set(re.findall(r"`(test_\w+)", docs))
+    defined = set()
+    for path in (REPO / "tests").rglob("test_*.py"):
+        defined |= set(re.findall(r"^def (test_\w+)", path.read_text(), flags=re.M))
+    assert named and named <= defined, sorted(named - defined)
