@@ -8,6 +8,7 @@ ranks and, with ``MNFRAME_DEBUG_COLLECTIVES=1``, the collective matcher.
 ``MNFRAME_NO_GUARD=1`` opts out of all but the validation (set it for every
 rank: the watchdog's start is collective).
 """
+import os
 import sys
 
 from mnframe.runtime import guard, settings, watchdog
@@ -57,7 +58,6 @@ def on_communicator_created(comm):
 
 def _safe_env():
     """The environment with a malformed MNFRAME_NO_GUARD left out (validate reports it)."""
-    import os
     env = dict(os.environ)
     try:
         settings.parse(ENV_NO_GUARD, env)
