@@ -5,8 +5,10 @@ resolved lazily from the table below, so importing mnframe costs almost nothing
 and CUDA/NCCL code is only imported when a GPU path is actually used.
 """
 from mnframe import _numpy_compat
+from mnframe.runtime import early_hook
 
 _numpy_compat.apply()
+early_hook.install()  # an exception once MPI runs aborts the job, even before create_communicator
 
 __version__ = "0.1.0"
 

@@ -29,6 +29,10 @@ FAIL_STAGE=config|configerror|model|iteration|checkpoint|killsave|evaluation, FA
 KILL_RANK/KILL_AT: SIGKILL that rank after iteration KILL_AT
 STOP_RANK/STOP_AT: that rank sleeps forever before iteration STOP_AT's update (collective timeout test)
 EXIT_RANK/EXIT_AT/EXIT_CODE: that rank calls sys.exit(EXIT_CODE) at iteration EXIT_AT
+SCATTER_SEED (0; "none": ChainerMN's MNIST pattern, scatter_dataset(shuffle=True) without a seed)
+ITERATOR=global: SerialIterator(data, 4), shuffled by the global NumPy generator (ChainerMN's examples)
+DUMP_AT/DUMP_TAG: write params.<DUMP_TAG>.rank<R>.npz after iteration DUMP_AT
+FULL_RANK/FULL_AT: that rank's files may hold at most 4 KiB from iteration FULL_AT on (a full disk)
 """
 import json
 import os
@@ -119,9 +123,13 @@ if rank == 0:
     data = chainer.datasets.TupleDataset(x, y)
 else:
     data = None
-data = mnframe.scatter_dataset(data, comm, shuffle=True, seed=0)
-it = chainer.iterators.SerialIterator(
-    data, 4, order_sampler=chainer.iterators.ShuffleOrderSampler(np.random.RandomState(300 + rank)))
+seed = None if env("SCATTER_SEED", "0") == "none" else int(env("SCATTER_SEED", "0"))
+data = mnframe.scatter_dataset(data, comm, shuffle=True, seed=seed)
+if env("ITERATOR") == "global":
+    it = chainer.iterators.SerialIterator(data, 4)
+else:
+    it = chainer.iterators.SerialIterator(
+        data, 4, order_sampler=chainer.iterators.ShuffleOrderSampler(np.random.RandomState(300 + rank)))
 updater = training.StandardUpdater(it, optimizer)
 trainer = training.Trainer(updater, (ITERS, "iteration"), out=RUN_DIR)
 
@@ -132,6 +140,13 @@ def hooks(trainer):
     loss = float(trainer.observation["main/loss"].array)
     with open(os.path.join(RUN_DIR, f"loss.rank{rank}.txt"), "a") as f:
         f.write(f"{i} {loss!r}\n")
+    if i == int(env("DUMP_AT", "-1")):
+        np.savez(os.path.join(RUN_DIR, f"params.{env('DUMP_TAG')}.rank{rank}.npz"),
+                 **{name: p.array for name, p in model.namedparams()})
+    if int(env("FULL_RANK", "-1")) == rank and i == int(env("FULL_AT", "-1")):
+        import resource
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
     if i == FAIL_ITER:
         fail_here("iteration")
     if int(env("KILL_RANK", "-1")) == rank and i == int(env("KILL_AT", "-1")):

@@ -3,6 +3,7 @@ import sys
 
 from mnframe.checkpoint import config_diff
 from mnframe.checkpoint.trainer_io import load_trainer
+from mnframe.datasets import shuffle_seeds
 from mnframe.runtime.errors import ConfigError
 
 
@@ -39,6 +40,7 @@ def resume(trainer, store, cfg, config_hash=None, config=None):
     comm = store.comm
     check_config(comm, manifest, name, config_hash, config, cfg.allow_unsafe_config_change)
     resharded = load_trainer(store.path(name), manifest, trainer, comm)
+    shuffle_seeds.restore(comm)  # the checkpointed scatter_dataset shards (after every rank loaded)
     note = (f"; world size {manifest.world_size} -> {comm.size}: data re-sharded, iterators restart "
             f"their epoch, per-rank random states not restored" if resharded else "")
     _say(comm, f"resumed from {store.path(name)} (iteration {manifest.iteration}){note}")

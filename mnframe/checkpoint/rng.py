@@ -3,7 +3,8 @@
 Chainer's snapshot saves the iterator's current shuffle order but not the
 RandomState that draws the *next* epoch's order, nor the global NumPy and
 Python generators (dropout, augmentation). ``RngState`` is a Chainer-serializable
-object holding all three, per rank.
+object holding all three, per rank, plus the shuffle seeds of ``scatter_dataset``
+(mnframe.datasets.shuffle_seeds: a resume restores the checkpointed shards).
 """
 import pickle
 import random
@@ -54,9 +55,24 @@ class RngState:
             (f"iterator:{name}", rs) for name, rs in _sampler_states(self._iterators_fn()).items()]
         for key, rs in gens:
             (_save_mt if saving else _load_mt)(serializer[key], rs)
+        from mnframe.datasets import shuffle_seeds
+        if saving:
+            serializer("scatter_seeds", shuffle_seeds.saved_state())
+        elif _has_key(serializer, "scatter_seeds"):
+            seeds = serializer("scatter_seeds", None)
+            if seeds is not None:
+                shuffle_seeds.remember_loaded(seeds)
         if saving:
             serializer("python", numpy.frombuffer(pickle.dumps(random.getstate()), dtype=numpy.uint8))
         else:
             saved = serializer("python", None)
             if saved is not None:
                 random.setstate(pickle.loads(numpy.asarray(saved).tobytes()))
+
+
+def _has_key(deserializer, key):
+    """False for a checkpoint written before ``key`` existed (an NpzDeserializer tells; others: assume yes)."""
+    npz = getattr(deserializer, "npz", None)
+    if npz is None:
+        return True
+    return (deserializer.path + key) in npz

@@ -11,7 +11,10 @@ Layout under the checkpoint root::
 writes and fsyncs its files, the ranks share their verdicts, rank 0 writes the
 manifest last and commits the directory with one atomic rename (then fsyncs
 the parent). A job killed at any moment leaves either the old set of
-checkpoints or the old set plus one complete new checkpoint. ``select`` picks
+checkpoints or the old set plus one complete new checkpoint. Garbage
+collection never deletes the checkpoint just written (the newest verified
+one) and only counts usable checkpoints against ``keep``: a damaged, incomplete
+or foreign directory is never deleted and is reported once. ``select`` picks
 the newest checkpoint whose manifest is present and whose files all verify,
 saying which ones it skipped and why. The root must be on a filesystem every
 rank sees (the usual shared run directory).
@@ -29,6 +32,7 @@ from mnframe.utils.fs import atomic_write_text, fsync_dir
 _NAME_RE = re.compile(r"^iter_(\d{8,})$")
 TMP_PREFIX = ".tmp-"
 OLD_PREFIX = ".old-"
+_reported = set()  # (root, name) of directories garbage collection already reported
 
 
 def checkpoint_name(iteration):
@@ -46,6 +50,7 @@ class CheckpointStore:
     def __init__(self, root, comm):
         self.root = os.path.abspath(os.fspath(root))
         self.comm = comm  # a mnframe or mpi4py communicator (both have rank and size)
+        self.unusable = {}  # checkpoint name -> why resume skipped it (kept, never collected)
 
     def path(self, name):
         return os.path.join(self.root, name)
@@ -99,7 +104,7 @@ class CheckpointStore:
                 fsync_dir(tmp)
                 self._commit(tmp, self.path(name))
                 if keep:
-                    self._collect_garbage(keep)
+                    self._collect_garbage(keep, newest=name)
             except Exception as exc:
                 err = f"rank 0 could not commit {self.path(name)}: {type(exc).__name__}: {exc}"
         err = collectives.bcast_obj(self.comm, err, name="checkpoint.bcast_obj")
@@ -118,14 +123,53 @@ class CheckpointStore:
         if old:
             shutil.rmtree(old, ignore_errors=True)
 
-    def _collect_garbage(self, keep):
-        """Keep the newest ``keep`` committed checkpoints; drop leftovers of killed saves."""
-        committed = self.committed()
-        for name in committed[keep:]:
+    def _collect_garbage(self, keep, newest):
+        """Keep ``newest`` (just written and verified) plus the next ``keep - 1`` usable checkpoints.
+
+        A directory resume found damaged, one without a readable manifest or whose
+        files are missing or have the wrong size, and any foreign directory count
+        against nothing and are never deleted: they are reported (once) instead.
+        Leftovers of killed saves (``.tmp-``/``.old-``) are removed.
+        """
+        usable = []
+        for name in self.committed():
+            if name == newest:
+                continue
+            problem = self.unusable.get(name) or self._quick_problem(name)
+            if problem:
+                self._report_once(name, f"not collected and not counted against keep={keep}: {problem}")
+            else:
+                usable.append(name)
+        for name in usable[max(keep - 1, 0):]:
             shutil.rmtree(self.path(name), ignore_errors=True)
         for entry in os.listdir(self.root):
             if entry.startswith((TMP_PREFIX, OLD_PREFIX)):
                 shutil.rmtree(self.path(entry), ignore_errors=True)
+            elif not _NAME_RE.match(entry):
+                self._report_once(entry, "is not a checkpoint (foreign entry); left alone")
+
+    def _quick_problem(self, name):
+        """Why checkpoint ``name`` is unusable, from its manifest and file sizes (no hashing), or None."""
+        try:
+            manifest = Manifest.read(self.path(name))
+        except FileNotFoundError:
+            return f"no {MANIFEST} (incomplete or not written by mnframe)"
+        except Exception as exc:
+            return f"{MANIFEST} is unreadable: {exc}"
+        for fname, entry in manifest.files.items():
+            path = os.path.join(self.path(name), fname)
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                return f"{fname} is missing"
+            if size != entry.size:
+                return f"{fname} has {size} bytes, the manifest says {entry.size}"
+        return None
+
+    def _report_once(self, name, text):
+        if (self.root, name) not in _reported:
+            _reported.add((self.root, name))
+            _say(f"{self.path(name)} {text}")
 
     # -- reading --------------------------------------------------------------
     def committed(self):
@@ -175,10 +219,12 @@ class CheckpointStore:
         for name, manifest in listing:
             if isinstance(manifest, str):
                 skipped.append(f"skipped {name}: {manifest}")
+                self.unusable[name] = manifest
                 continue
             problems = self.verify(name, manifest) if verify else []
             if problems:
                 skipped.append(f"skipped {name}: " + "; ".join(problems))
+                self.unusable[name] = "resume found it damaged: " + "; ".join(problems)
                 continue
             if skipped and self.comm.rank == 0:
                 _say("\n  ".join(skipped + [f"falling back to the previous good checkpoint {name}"]))

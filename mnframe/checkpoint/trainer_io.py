@@ -15,6 +15,7 @@ import chainer
 from mnframe.runtime.errors import CheckpointError
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_path
+from mnframe.utils.npz import save_npz
 
 RNG_KEY = "mnframe_rng"
 PER_RANK_KEYS = ("updater/iterator:", f"/{RNG_KEY}/")
@@ -29,7 +30,7 @@ def save_trainer(directory, trainer, rank):
     name = rank_file(rank)
     with atomic_path(os.path.join(directory, name)) as tmp:
         with open(tmp, "wb") as f:
-            chainer.serializers.save_npz(f, trainer, compression=False)
+            save_npz(f, trainer, compression=False)  # closes its zip even on a full disk
     return [name]
 
 

@@ -17,7 +17,7 @@ every rank instead of leaving the others waiting.
 import chainer
 import numpy as np
 
-from mnframe.datasets import partition, transport
+from mnframe.datasets import partition, shuffle_seeds, transport
 from mnframe.runtime import oplog
 
 
@@ -129,7 +129,11 @@ def _plan(dataset, size, shuffle, seed, max_buf_len, force_equal_length):
             return {"error": ("ValueError", f"scatter_dataset: TupleDataset components have different "
                                             f"lengths {sorted(lengths)}")}, None
         header["components"] = [(c.dtype, c.shape[1:]) for c in comps]
-    return header, partition.permutation(n, shuffle, seed)
+    if shuffle:
+        # ChainerMN permutes with fresh entropy when seed is None; we draw that seed
+        # ourselves so a checkpoint can record it (mnframe.datasets.shuffle_seeds).
+        header["seed"] = shuffle_seeds.draw_seed() if seed is None else seed
+    return header, partition.permutation(n, shuffle, header.get("seed"))
 
 
 _ERRORS = {"DataSizeError": DataSizeError, "ValueError": ValueError}
@@ -140,7 +144,8 @@ def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
     """Scatter ``dataset`` (significant on ``root`` only) so each rank gets its shard.
 
     Same partition as ChainerMN: ``shuffle`` permutes with
-    ``numpy.random.RandomState(seed)``; ``force_equal_length=True`` gives every
+    ``numpy.random.RandomState(seed)`` (``seed=None``: a seed drawn on the root
+    and recorded, so a checkpoint resume restores the same shards); ``force_equal_length=True`` gives every
     rank ``ceil(n / size)`` examples (shards may overlap), ``False`` puts each
     example on exactly one rank. ``max_buf_len`` is the largest single MPI
     message in bytes (at most 2**31 - 1); larger datasets are sent in chunks.
@@ -164,6 +169,14 @@ def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
         kind, message = header["error"]
         raise _ERRORS[kind](message)
 
+    shard = _receive(mpi, dataset, header, order, root)
+    if shuffle:
+        shuffle_seeds.record(header["n"], header["ranges"], header["seed"], header["layout"], shard)
+    return shard
+
+
+def _receive(mpi, dataset, header, order, root):
+    """This rank's shard (the root sends everyone theirs first)."""
     chunk, ranges = header["chunk"], header["ranges"]
     if mpi.rank == root:
         return _send_all(mpi, dataset, header, order, root)

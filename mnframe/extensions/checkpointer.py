@@ -13,7 +13,11 @@ Reliability beyond the spec:
   CRCs); a truncated or corrupt file is never loaded: the ranks agree to fall
   back to the next older common iteration;
 - ``finalize`` deletes the checkpoints only when training ended normally; on an
-  exception (including KeyboardInterrupt/preemption) they are kept for restart;
+  exception (including KeyboardInterrupt) or a preemption they are kept for restart;
+- preemption (mnframe.runtime.preemption): once the mnframe runtime is active
+  (a communicator was created), a SIGTERM/SIGUSR1 to mpiexec or to any rank
+  makes every rank write a checkpoint at the end of that iteration; the
+  trainer then stops and the script ends normally (status 0);
 - ``gc_interval`` really is the number of extra generations that triggers a
   collection (the spec's implementation hard-codes 5).
 """
@@ -27,8 +31,10 @@ import zipfile
 import chainer
 from chainer.training import extension
 
+from mnframe.runtime import activation, preemption
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_path
+from mnframe.utils.npz import save_npz
 
 __all__ = ["create_multi_node_checkpointer"]
 
@@ -98,8 +104,15 @@ class MultiNodeCheckpointer(extension.Extension):
 
     # ----------------------------------------------------------------- saving
 
+    def initialize(self, trainer):
+        if activation.activated():
+            preemption.watch(trainer, self, self.comm)
+
     def __call__(self, trainer):
         self.save(trainer, trainer.updater.iteration)
+        if preemption.preempted() and self.rank == 0:
+            sys.stderr.write(f"mnframe: preempted; checkpoint {self._filename(trainer.updater.iteration)} "
+                             f"written in {self.path} at iteration {trainer.updater.iteration}, stopping\n")
 
     def save(self, target, iteration=None):
         """Write this rank's checkpoint of ``target`` (collective every few calls: GC).
@@ -113,7 +126,7 @@ class MultiNodeCheckpointer(extension.Extension):
         os.makedirs(directory, exist_ok=True)
         start = time.perf_counter()
         with atomic_path(os.path.join(directory, self._filename(iteration))) as tmp:
-            chainer.serializers.save_npz(tmp, target)
+            save_npz(tmp, target)  # chainer's, but closes its zip even on a full disk
         self.stats.record(time.perf_counter() - start)
         if iteration in self.files:
             self.files.remove(iteration)
@@ -200,7 +213,7 @@ class MultiNodeCheckpointer(extension.Extension):
 
     def finalize(self):
         """Remove this rank's checkpoints, unless training is ending with an error."""
-        if self._failed or sys.exc_info()[0] is not None:
+        if self._failed or sys.exc_info()[0] is not None or preemption.preempted():
             return  # keep them: this is what a restart resumes from
         if self.path is None:
             return

@@ -9,15 +9,19 @@ file names depend on set masters, not on the world size, a job can restart
 with a different number of ranks.
 
 The wrapper works on its own copy of the given snapshot extension (the
-caller's object is not modified).
+caller's object is not modified). Once the mnframe runtime is active, a
+SIGTERM/SIGUSR1 makes the masters write a snapshot at the end of that
+iteration and the trainer stop (status 0), as with mnframe's checkpoints.
 """
 import copy
 import io
 import os
+import sys
 
 from chainer.serializers import load_npz, save_npz
 from chainer.training import extension
 
+from mnframe.runtime import activation, preemption
 from mnframe.utils import collectives
 
 __all__ = ["multi_node_snapshot", "parse_replica_sets"]
@@ -83,6 +87,8 @@ class MultiNodeSnapshot(extension.Extension):
         return self.rank == self.master
 
     def initialize(self, trainer):
+        if activation.activated():
+            preemption.watch(trainer, self, self.comm)
         sharing = getattr(self.snapshot, "autoload", False) and len(self.replica_set) > 1
         if not sharing:
             if self.is_master:
@@ -116,6 +122,9 @@ class MultiNodeSnapshot(extension.Extension):
     def __call__(self, trainer):
         if self.is_master:
             self.snapshot(trainer)
+            if preemption.preempted():
+                sys.stderr.write(f"mnframe: preempted; rank {self.rank} wrote its snapshot at iteration "
+                                 f"{trainer.updater.iteration}, stopping\n")
 
     def on_error(self, trainer, exc, tb):
         if self.is_master:

@@ -66,6 +66,7 @@ def abort(status, message=None):
     if message:
         _write(message if message.endswith("\n") else message + "\n")
     _flush_all()  # os._exit and MPI_Abort skip Python's buffered output
+    _sentinel_explained()
     mpi = _mpi()
     if mpi is not None and mpi.COMM_WORLD.Get_size() > 1:
         # The launcher forwards our stderr through a pipe; MPI_Abort makes it kill
@@ -121,6 +122,7 @@ def config_error_exit(exc):
     if world.Get_rank() == 0:
         _write(f"mnframe: configuration error: {exc}\n")
     _flush_all()
+    _sentinel_explained()
     # Every rank got here: a clean finalize is possible, so no abort noise.
     _stop_watchdog()
     try:
@@ -136,6 +138,13 @@ def _flush_all():
             stream.flush()
         except Exception:
             pass
+
+
+def _sentinel_explained():
+    """Tell this rank's sentinel (runtime/sentinel.py) that mnframe reported why it ends."""
+    mod = sys.modules.get("mnframe.runtime.sentinel")
+    if mod is not None:
+        mod.explained()
 
 
 def _stop_watchdog():
@@ -182,7 +191,8 @@ def install():
     global _installed
     if _installed:
         return
-    _previous["sys"] = sys.excepthook
+    from mnframe.runtime import early_hook
+    _previous["sys"] = early_hook.previous_of(sys.excepthook)
     _previous["threading"] = threading.excepthook
     sys.excepthook = _excepthook
     threading.excepthook = _thread_excepthook

@@ -18,10 +18,17 @@ run longer than the deadline (default 600 s, ``MNFRAME_COLLECTIVE_TIMEOUT`` or
 The same side channel carries an *exit announcement*: a rank whose interpreter
 exits (end of script, ``sys.exit(n)`` with any ``n``) tells the others from an
 ``atexit`` handler. A rank that is then stuck in an operation for more than
-``EXIT_GRACE_S`` aborts the job (status 1) naming the rank that left, instead
+``MNFRAME_EXIT_GRACE`` aborts the job (status 1) naming the rank that left, instead
 of waiting forever. This is how ``sys.exit(nonzero)`` in a library user's
 script ends the job: Python gives an atexit handler no way to read the exit
 code, so we detect the consequence (a peer waiting for a rank that is gone).
+
+The end of the job has a deadline too: after announcing its exit, the atexit
+handler waits (non-blocking barrier on the side channel) at most
+``MNFRAME_EXIT_TIMEOUT`` (default: the collective deadline) for every rank to
+reach its own end; ``MPI_Finalize`` (which would block forever on a rank that
+never gets there) runs only after that. Past the deadline it asks the missing
+ranks where they are and aborts with status 124, naming them.
 
 All of this needs the main thread to release the GIL while it blocks in MPI,
 which mpi4py does for its blocking calls, and MPI_THREAD_MULTIPLE (mpi4py's
@@ -30,40 +37,37 @@ holds, but each rank reports only its own record and exits are not announced.
 """
 import atexit
 import json
+import linecache
 import os
+import re
 import socket
 import sys
 import threading
 import time
 import traceback
 
-from mnframe.runtime import oplog
+from mnframe.runtime import oplog, settings
 from mnframe.runtime.errors import ExitStatus
 
-DEFAULT_DEADLINE_S = 600.0
 ENV_TIMEOUT = "MNFRAME_COLLECTIVE_TIMEOUT"
 ENV_RUN_DIR = "MNFRAME_RUN_DIR"
 ENV_EXIT_GRACE = "MNFRAME_EXIT_GRACE"
+ENV_EXIT_TIMEOUT = "MNFRAME_EXIT_TIMEOUT"
+DEFAULT_DEADLINE_S = settings.BY_NAME[ENV_TIMEOUT].default_value
 POLL_S = 0.2            # how often the thread looks at the op in flight
 COLLECT_S = 2.0         # how long a timed-out rank waits for the others' summaries
-EXIT_GRACE_S = 2.0      # stuck this long after a peer exited -> abort
 RECORD_PREFIX = "mnframe-timeout-rank"
+# mpi4py methods that block: a main thread sitting on a line calling one of these is "blocked in MPI".
+MPI_CALLS = frozenset("""Barrier barrier Bcast bcast Reduce reduce Allreduce allreduce Gather gather Gatherv
+Allgather allgather Allgatherv Scatter scatter Scatterv Alltoall alltoall Alltoallv Reduce_scatter Scan Exscan
+Send send Ssend ssend Recv recv Sendrecv sendrecv Probe probe Mprobe Wait wait Waitall waitall Waitany waitany
+Dup Split Split_type Create Free Finalize""".split())
 
 _TAG_SUMMARY = 7001
 _TAG_EXIT = 7002
 
-_settings = {"deadline": None, "report_dir": None}
+_settings = {"deadline": None, "report_dir": None, "exit_grace": None, "exit_timeout": None}
 _active = {"watchdog": None}
-
-
-def _env_float(name, default):
-    raw = os.environ.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number of seconds; set e.g. {name}=600") from None
 
 
 def set_deadline(seconds):
@@ -76,8 +80,23 @@ def set_deadline(seconds):
 def get_deadline():
     """The deadline in seconds (0.0: disabled)."""
     if _settings["deadline"] is None:
-        _settings["deadline"] = _env_float(ENV_TIMEOUT, DEFAULT_DEADLINE_S)
+        _settings["deadline"] = settings.parse(ENV_TIMEOUT)
     return _settings["deadline"]
+
+
+def exit_grace():
+    """Seconds a rank may stay stuck in an operation after a peer exited (MNFRAME_EXIT_GRACE)."""
+    if _settings["exit_grace"] is None:
+        _settings["exit_grace"] = settings.parse(ENV_EXIT_GRACE)
+    return _settings["exit_grace"]
+
+
+def exit_timeout():
+    """Seconds a rank at exit waits for the others (MNFRAME_EXIT_TIMEOUT, else the deadline; 0: forever)."""
+    if _settings["exit_timeout"] is None:
+        value = settings.parse(ENV_EXIT_TIMEOUT)
+        _settings["exit_timeout"] = get_deadline() if value is None else value
+    return _settings["exit_timeout"]
 
 
 def set_report_dir(path):
@@ -104,6 +123,46 @@ def _user_location():
             return f"{fname}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back
     return None
+
+
+def _innermost_frame():
+    return sys._current_frames().get(threading.main_thread().ident)
+
+
+def _blocked_call(samples=3, interval=0.05):
+    """What the main thread is blocked in, or None if it is running Python.
+
+    A thread that sits on one bytecode instruction of one frame for the whole
+    sampling window is inside a native call (MPI, sleep, I/O). The call is named
+    from the source line: 'the MPI call Barrier' when the line calls a blocking
+    mpi4py method, else 'a native call'.
+    """
+    seen = set()
+    frame = None
+    for i in range(samples):
+        frame = _innermost_frame()
+        if frame is None:
+            return None
+        seen.add((id(frame), frame.f_lasti))
+        if len(seen) > 1:
+            return None
+        if i + 1 < samples:
+            time.sleep(interval)
+    fname, lineno = frame.f_code.co_filename, frame.f_lineno
+    line = linecache.getline(fname, lineno).strip()
+    called = [m for m in re.findall(r"\.?\b(\w+)\s*\(", line) if m in MPI_CALLS]
+    what = f"the MPI call {called[-1]}" if called else "a native call"
+    source = f" (`{line}`)" if line else ""
+    return f"blocked in {what} at {fname}:{lineno} in {frame.f_code.co_name}{source}"
+
+
+def describe_activity(summary):
+    """What a rank outside any mnframe operation is doing, from its summary."""
+    if summary.get("exiting"):
+        return "finished its script (waiting at exit)"
+    if summary.get("blocked"):
+        return summary["blocked"]
+    return f"running Python at {summary.get('where')}"
 
 
 def _brief(rec):
@@ -142,6 +201,8 @@ class Watchdog:
         self.size = self.comm.Get_size()
         self.summaries = {}
         self.exited = {}
+        self.exiting = False
+        get_deadline(), exit_grace(), exit_timeout()  # parsed here (main thread), never in the thread
         self._responded = False
         self._pending = []
         self._stop = threading.Event()
@@ -179,7 +240,7 @@ class Watchdog:
             self._on_timeout(cur, deadline)
         if self.exited:
             first_exit = min(t for t, _ in self.exited.values())
-            if now - max(cur.start, first_exit) > _env_float(ENV_EXIT_GRACE, EXIT_GRACE_S):
+            if now - max(cur.start, first_exit) > exit_grace():
                 self._on_peer_exit(cur)
 
     # -- side channel ---------------------------------------------------------
@@ -212,7 +273,8 @@ class Watchdog:
             "rank": self.rank, "size": self.size, "host": socket.gethostname(), "pid": os.getpid(),
             "timed_out": timed_out, "current": _brief(log.current),
             "last": _brief(log.history[-1]) if log.history else None,
-            "where": _user_location(), "time": time.time(),
+            "where": _user_location(), "time": time.time(), "exiting": self.exiting,
+            "blocked": None if (log.current is not None or self.exiting) else _blocked_call(),
         }
 
     def _respond(self, timed_out):
@@ -261,6 +323,7 @@ class Watchdog:
         """Tell every other rank that this interpreter is exiting (atexit)."""
         self.stop()
         with self._lock:
+            self.exiting = True
             try:
                 self._send_all({"host": socket.gethostname(), "pid": os.getpid()}, _TAG_EXIT)
                 end = time.monotonic() + 1.0
@@ -269,6 +332,41 @@ class Watchdog:
                     time.sleep(0.01)
             except Exception:
                 pass
+
+    def wait_for_everyone(self, timeout):
+        """Wait until every rank reached its exit, at most ``timeout`` s (0: forever); else abort (124).
+
+        A non-blocking barrier on the side channel: MPI_Finalize, which runs after
+        this, would block without a limit on a rank that never gets there.
+        """
+        if not self.side_channel or self.size == 1:
+            return
+        with self._lock:
+            start = time.monotonic()
+            req = self.comm.Ibarrier()
+            while not req.Test():
+                self._drain()  # answer a peer's timeout report; note who else reached exit
+                if timeout and time.monotonic() - start > timeout:
+                    self._on_exit_deadline(timeout)
+                time.sleep(0.02)
+
+    def _on_exit_deadline(self, timeout):
+        mine = self._respond(timed_out=True)
+        finished = set(self.exited) | {self.rank}
+        missing = [r for r in range(self.size) if r not in finished]
+        end = time.monotonic() + COLLECT_S
+        while any(r not in self.summaries for r in missing) and time.monotonic() < end:
+            time.sleep(0.05)
+            self._drain()
+        finished = set(self.exited) | {self.rank}
+        summaries = dict(self.summaries)
+        summaries[self.rank] = mine
+        from mnframe.runtime import guard
+        if min(finished) == self.rank:
+            guard.abort(ExitStatus.COLLECTIVE_TIMEOUT,
+                        exit_report(summaries, finished, self.size, self.rank, timeout, report_dir()))
+        time.sleep(COLLECT_S)  # the lowest finished rank prints the report and aborts the job
+        guard.abort(ExitStatus.COLLECTIVE_TIMEOUT)
 
 
 def write_record(summary, rank):
@@ -311,8 +409,8 @@ def timeout_report(summaries, size, rank, deadline, directory):
              f"(set {ENV_TIMEOUT} or mnframe.runtime.watchdog.set_deadline()).",
              f"  waiting in {op['op']}: ranks {', '.join(map(str, same))}"]
     for s in never:
-        lines.append(f"  never arrived: rank {s['rank']} (host {s['host']}, pid {s['pid']}), running "
-                     f"Python at {s['where']}; its last finished operation: {describe_op(s['last'])}")
+        lines.append(f"  never arrived: rank {s['rank']} (host {s['host']}, pid {s['pid']}), "
+                     f"{describe_activity(s)}; its last finished operation: {describe_op(s['last'])}")
     for s in elsewhere:
         lines.append(f"  in a different operation: rank {s['rank']} in {describe_op(s['current'])}")
     if silent:
@@ -327,11 +425,44 @@ def timeout_report(summaries, size, rank, deadline, directory):
     return "\n".join(lines)
 
 
+def exit_report(summaries, finished, size, rank, timeout, directory):
+    """The verdict when ranks reached the end of the job but others did not, within the exit deadline."""
+    me = summaries[rank]
+    lines = [f"\n{'*' * 72}",
+             f"mnframe: exit deadline: rank {rank} (host {me['host']}, pid {me['pid']}) reached the end of "
+             f"its script and waited {timeout:g} s for the other ranks to get there "
+             f"(set {ENV_EXIT_TIMEOUT}; default: the collective deadline {ENV_TIMEOUT}).",
+             f"  finished: ranks {', '.join(map(str, sorted(finished)))}"]
+    for r in range(size):
+        if r in finished:
+            continue
+        s = summaries.get(r)
+        if s is None:
+            lines.append(f"  did not finish: rank {r}, no answer (dead, or busy in native code without "
+                         f"releasing the GIL)")
+        elif s.get("current") is not None:
+            lines.append(f"  did not finish: rank {r} (host {s['host']}, pid {s['pid']}), waiting in "
+                         f"{describe_op(s['current'])} that no finished rank will join")
+        else:
+            lines.append(f"  did not finish: rank {r} (host {s['host']}, pid {s['pid']}), "
+                         f"{describe_activity(s)}; its last finished operation: {describe_op(s['last'])}")
+    missing = [r for r in range(size) if r not in finished]
+    lines.append(f"  => ranks that never reached the end: {', '.join(map(str, missing))}; aborting the job "
+                 f"(exit status {int(ExitStatus.COLLECTIVE_TIMEOUT)})")
+    lines.append(f"  per-rank records (last operations, Python stacks): "
+                 f"{os.path.join(directory, RECORD_PREFIX)}<rank>.json")
+    lines.append(f"{'*' * 72}\n")
+    return "\n".join(lines)
+
+
 def start(mpi_comm):
     """Start this process's watchdog on ``mpi_comm`` (collective; once per process)."""
     if _active["watchdog"] is None:
         _active["watchdog"] = Watchdog(mpi_comm).start()
         atexit.register(_announce_exit_at_exit)
+        if mpi_comm.Get_size() > 1:
+            from mnframe.runtime import sentinel
+            sentinel.start(mpi_comm.Get_rank())
     return _active["watchdog"]
 
 
@@ -349,6 +480,10 @@ def stop():
 def _announce_exit_at_exit():
     wd = _active["watchdog"]
     mpi = sys.modules.get("mpi4py.MPI")
+    from mnframe.runtime import sentinel
     if wd is None or mpi is None or mpi.Is_finalized():
+        sentinel.explained()
         return
     wd.announce_exit()
+    wd.wait_for_everyone(exit_timeout())
+    sentinel.explained()  # every rank got here: what follows is MPI_Finalize

@@ -14,6 +14,8 @@ import pickle
 import numpy as np
 from chainer.datasets import TupleDataset
 
+from mnframe.utils.npz import load_arrays
+
 N_CLASS = 10
 SYNTHETIC_SEED = 0
 
@@ -37,8 +39,8 @@ def _local(path):
     batches = [os.path.join(path, f'data_batch_{i}') for i in range(1, 6)]
     test_batch = os.path.join(path, 'test_batch')
     if os.path.isfile(npz):
-        with np.load(npz) as z:
-            return _dataset(z['train_x'], z['train_y']), _dataset(z['test_x'], z['test_y'])
+        z = load_arrays(npz, ('train_x', 'train_y', 'test_x', 'test_y'), what="Chainer cifar-10.npz")
+        return _dataset(z['train_x'], z['train_y']), _dataset(z['test_x'], z['test_y'])
     if all(os.path.isfile(f) for f in batches + [test_batch]):
         train = [_read_batch(f) for f in batches]
         test_x, test_y = _read_batch(test_batch)

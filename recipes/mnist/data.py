@@ -20,6 +20,7 @@ import numpy as np
 from chainer.datasets import TupleDataset
 
 from recipes import blame
+from mnframe.utils.npz import load_arrays
 
 DIGITS_N_TEST = 297  # 1797 = 1500 train + 297 test
 DIGITS_SPLIT_SEED = 0
@@ -70,14 +71,14 @@ def _mnist(path=None):
         if all(os.path.isfile(f) for f in chainer_files):
             splits = []
             for f in chainer_files:
-                with np.load(f) as z:
-                    splits.append((z['x'], z['y']))
+                z = load_arrays(f, ('x', 'y'), what="Chainer MNIST cache file")
+                splits.append((z['x'], z['y']))
         elif os.path.isfile(keras_file):
-            with np.load(keras_file) as z:
-                splits = [(z['x_train'], z['y_train']), (z['x_test'], z['y_test'])]
+            z = load_arrays(keras_file, ('x_train', 'y_train', 'x_test', 'y_test'), what="Keras mnist.npz")
+            splits = [(z['x_train'], z['y_train']), (z['x_test'], z['y_test'])]
         else:
             splits = None
-    except (OSError, ValueError, KeyError) as exc:  # unreadable, not an .npz, arrays missing
+    except OSError as exc:  # unreadable (a file that is not an .npz is NotAnNpzFile, a ConfigError naming it)
         raise blame('path', exc)
     if splits is None:
         raise blame('path', FileNotFoundError(

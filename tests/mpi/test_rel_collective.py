@@ -5,6 +5,7 @@ import tempfile
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from mnframe.runtime import debug, oplog, preemption
@@ -120,3 +121,43 @@ def test_preemption_request_on_one_rank_reaches_all(comm):
         preemption._state["agreed"] = False
     if comm.size > 1:  # one rank decides alone, without a collective
         assert oplog.get_log().history[-1].name == "preemption.agree"
+
+
+def _norm(item):
+    """A comparable form of one example (ndarray row, TupleDataset tuple, or a pickled object)."""
+    if isinstance(item, tuple):
+        return tuple(_norm(v) for v in item)
+    return repr(np.asarray(item).tolist())
+
+
+@pytest.mark.parametrize("kind", ["ndarray", "tuple", "pickle"])
+@pytest.mark.parametrize("equal_length", [True, False])
+def test_resume_restores_the_checkpointed_shards(comm, monkeypatch, kind, equal_length):
+    # Issue 18: scatter_dataset(shuffle=True) without a seed draws a new order each run;
+    # the checkpoint's seed must give every rank its old shard back, whatever the layout.
+    import chainer
+
+    import mnframe
+    from mnframe.datasets import shuffle_seeds
+
+    monkeypatch.setattr(shuffle_seeds, "_scattered", [])
+    n = 23
+    x = np.arange(2 * n, dtype=np.float32).reshape(n, 2)
+    y = np.arange(n, dtype=np.int32) * 10
+    make = {"ndarray": lambda: x.copy(), "tuple": lambda: chainer.datasets.TupleDataset(x.copy(), y.copy()),
+            "pickle": lambda: [("example", int(i)) for i in range(n)]}[kind]
+
+    def scatter():
+        return mnframe.scatter_dataset(make() if comm.rank == 0 else None, comm, shuffle=True,
+                                       force_equal_length=equal_length)
+    first = scatter()
+    expected = [_norm(first[i]) for i in range(len(first))]
+    checkpointed = shuffle_seeds.saved_state()  # what a checkpoint written now records
+    shuffle_seeds._scattered.clear()             # "the next run": a fresh process scatters again
+    second = scatter()
+    assert shuffle_seeds.saved_state()[0, 1] != checkpointed[0, 1]
+    shuffle_seeds.remember_loaded(checkpointed)
+    notes = shuffle_seeds.restore(comm)
+    assert any("shards restored" in t for t in notes)
+    assert [_norm(second[i]) for i in range(len(second))] == expected
+    assert shuffle_seeds.saved_state().tolist() == checkpointed.tolist()

@@ -78,11 +78,14 @@ def test_debug_point_to_point_names():
 
 def test_no_guard_opt_out(monkeypatch):
     from mnframe.runtime import activation
+    import types
     monkeypatch.setitem(activation._done, "activated", False)
+    monkeypatch.setitem(activation._done, "validated", False)
     # Earlier tests in this process may have started a watchdog: start from none.
     monkeypatch.setitem(watchdog._active, "watchdog", None)
     monkeypatch.setenv(activation.ENV_NO_GUARD, "1")
-    activation.on_communicator_created(object())  # would fail on a real start: nothing happens
+    rank0 = types.SimpleNamespace(Get_rank=lambda: 0)  # validation only asks the rank
+    activation.on_communicator_created(rank0)  # would fail on a real start: nothing happens
     assert not activation.activated() and watchdog.current() is None
 
 
@@ -108,3 +111,28 @@ def test_preemption_agree_on_one_rank_needs_no_collective():
     finally:
         preemption._flag.clear()
         preemption._state.update(saved)
+
+
+def test_import_hook_is_inert_without_mpi_and_the_guard_chains_past_it(monkeypatch):
+    """``import mnframe`` installs early_hook; without a running MPI job it only calls the previous hook."""
+    from mnframe.runtime import early_hook
+    calls = []
+
+    def users_hook(*args):
+        calls.append(args[0])
+    monkeypatch.setattr(sys, "excepthook", users_hook)
+    monkeypatch.setattr(early_hook._hook, "previous", sys.__excepthook__)
+    early_hook.install()
+    assert sys.excepthook is early_hook._hook
+    monkeypatch.setattr(early_hook, "_mpi_job_running", lambda: False)
+    sys.excepthook(ValueError, ValueError("x"), None)
+    assert calls == [ValueError]
+    # the guard, installed later, chains to the user's hook, not to early_hook (no double handling)
+    assert early_hook.previous_of(sys.excepthook) is users_hook
+
+
+def test_import_mnframe_stays_cheap():
+    import subprocess
+    code = "import sys, mnframe; print(sorted(m for m in ('mpi4py', 'chainer', 'socket') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
