@@ -40,6 +40,7 @@ class CudaProbe:
     cupy_package: Optional[str] = None   # its distribution name, e.g. "cupy-cuda13x"
     cuda_major: Optional[int] = None     # the CUDA major version CuPy was built for
     nccl_problem: Optional[str] = "not checked"  # None when NCCL loads through CuPy
+    nccl_version: Optional[int] = None   # e.g. 22703 for NCCL 2.27.3
     has_cudnn: bool = False              # CuPy ships cupy.cudnn (CuPy <= 13, with a cuDNN library)
 
     @property

@@ -126,8 +126,7 @@ def check_cuda() -> List[Result]:
                            "wheel matches the driver's CUDA (cupy-cuda12x / cupy-cuda13x)")]
     out = [Result("PASS", "CUDA", f"{where}, {info.device_count} device(s)")]
     if info.nccl_problem is None:
-        from cupy.cuda import nccl
-        out.append(Result("PASS", "NCCL", f"version {nccl.get_version()}"))
+        out.append(Result("PASS", "NCCL", f"version {info.nccl_version}"))
     else:
         out.append(Result("FAIL", "NCCL", info.nccl_problem,
                           fix=f"{cuda_env.nccl_hint()} (pure_nccl, hierarchical and two_dimensional on GPUs "
