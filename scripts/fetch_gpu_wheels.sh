@@ -14,7 +14,8 @@
 #   setuptools<70 (Chainer imports pkg_resources)  mpi4py  mpich (the MPI library
 #   and mpiexec; installed there with --prefix, which keeps lib/libmpi.so)
 # Binary wheels are the cp312 manylinux x86_64 ones, whatever this machine runs.
-# Set MNFRAME_WHEEL_DIR to fill another folder.
+# Set MNFRAME_WHEEL_DIR to fill another folder, MNFRAME_WHEEL_PYTHON (default 3.12) for
+# another target Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST=${MNFRAME_WHEEL_DIR:-.whl}
@@ -43,7 +44,8 @@ pip_ "$BUILD_VENV/bin/python" -m pip wheel --no-deps --no-build-isolation -w "$D
 
 plat=()
 for p in "${PLATFORMS[@]}"; do plat+=(--platform "$p"); done
-pip_ "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+pip_ "$PY" -m pip download --no-deps --only-binary=:all: --python-version "${MNFRAME_WHEEL_PYTHON:-3.12}" \
+  --implementation cp \
   "${plat[@]}" -d "$DEST" "${PURE[@]}" "${BINARY[@]}"
 
 count=$(ls "$DEST"/*.whl | wc -l)
