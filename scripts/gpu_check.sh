@@ -8,8 +8,9 @@
 # machine with the registry: bash scripts/fetch_gpu_wheels.sh, about 20 MiB). Steps, each
 # under a time limit so the whole check ends within 9 minutes:
 #
-#   1 install   the wheels of .whl/ into a private prefix (pip --prefix keeps the mpich
-#               wheel's lib/libmpi.so and bin/mpiexec; --target would drop them)
+#   1 install   the wheels of .whl/ into a private venv that also sees the machine's packages
+#               (pip --prefix keeps the mpich wheel's lib/libmpi.so and bin/mpiexec; --target
+#               would drop them)
 #   2 gpu       versions, and whether CUDA works; without a GPU it stops here, exit 3
 #   3 doctor    python -m mnframe doctor, 1 rank and 2 ranks
 #   4 resnet50  synthetic ImageNet ResNet-50 training: pure_nccl on 1 rank, then
@@ -104,12 +105,18 @@ if [ "$INSTALL" = 1 ]; then
     say "the binary wheels in $WHL/ are not for this Python ($("$PY" -V 2>&1)); fetch them for it, or use --no-install"
     finish 2
   fi
-  PREFIX="$WORK/prefix"
-  run_step install 01-install.log 90 "$PY" -m pip install --no-index --no-deps --no-compile --no-cache-dir \
-    --disable-pip-version-check -q --prefix "$PREFIX" "$WHL"/*.whl || finish 2
-  SITE=$("$PY" -c 'import sys, sysconfig; print(sysconfig.get_path("purelib", vars={"base": sys.argv[1], "platbase": sys.argv[1]}))' "$PREFIX")
-  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$PREFIX/bin:$PATH"
-  export LD_LIBRARY_PATH="$PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # mpi4py finds the mpich wheel's libmpi
+  # A venv of our own that also sees the machine's packages (CuPy, NumPy, pytest) through a .pth
+  # file, so that .pth files of the wheels (mnframe's import fix) are processed; the wheels go in
+  # with --prefix (the mpich wheel's bin/mpiexec and lib/libmpi.so land in the venv, where mpi4py
+  # looks). Our mpi4py and setuptools<70 come first on sys.path.
+  VENV="$WORK/venv"
+  run_step venv 01-install.log 60 "$PY" -m venv --without-pip "$VENV" || finish 2
+  "$PY" -c 'import sys; print("\n".join(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))))' \
+    > "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/zz_gpu_machine.pth"
+  run_step install 01-install.log 90 "$PY" -m pip install --no-index --no-deps --no-compile \
+    --no-cache-dir --disable-pip-version-check -q --prefix "$VENV" "$WHL"/*.whl || finish 2
+  PY="$VENV/bin/python"
+  export PATH="$VENV/bin:$PATH"
 fi
 MPIEXEC=$(command -v mpiexec || true)
 [ -x "$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")/mpiexec" ] && \
@@ -136,7 +143,7 @@ if not info.usable:
 EOF
 run_step gpu 02-gpu-and-doctor.log 60 "$PY" "$WORK/probe.py"
 gpu_rc=$?
-sed -n '2,4p' "$LOGS/02-gpu-and-doctor.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+grep -E '^(python|cupy|note|NO GPU)' "$LOGS/02-gpu-and-doctor.log" | sed 's/^/    /' | tee -a "$SUMMARY"
 
 # ---------------------------------------------------------------- 3 doctor (also without a GPU: it says what is missing)
 run_step "doctor (1 rank)" 02-gpu-and-doctor.log 40 "$PY" -m mnframe doctor
