@@ -17,8 +17,8 @@
 #               two_dimensional on 2 ranks with MNFRAME_FAKE_NODE_SIZE=1 (NCCL in each
 #               one-rank node, MPI between them, both ranks on GPU 0); loss and images/s
 #   5 bench     bench/bench_gpu.py on 2 ranks, fake nodes (correctness checks are real)
-#   6 tests     tests/gpu/test_gpu_single.py, then tests/gpu/test_gpu_mpi.py (fake-node
-#               NCCL cases with 2-3 ranks on one GPU, shared-GPU cases)
+#   6 tests     tests/gpu/test_gpu_single.py, then the one-GPU cases of tests/gpu/test_gpu_mpi.py
+#               (fake-node NCCL cases with 2-3 ranks, shared-GPU cases, host-staged training)
 #
 # Logs: one folder (--logs, default gpu-check-logs/<UTC time>), at most 8 files:
 # summary.txt (one line per step, then the exit status) and NN-step.log.
@@ -165,7 +165,7 @@ resnet() {  # name ranks communicator batch iterations [env...]
   local name=$1 n=$2 comm=$3 batch=$4 iters=$5; shift 5
   local dir="$WORK/run-$name"
   local images=$((n * batch * iters))
-  run_step "resnet50 $name" 03-resnet50.log 100 env "$@" "$MPIEXEC" -n "$n" "$PY" -m mnframe recipe=imagenet \
+  run_step "resnet50 $name" 03-resnet50.log 75 env "$@" "$MPIEXEC" -n "$n" "$PY" -m mnframe recipe=imagenet \
     dataset.source.synthetic=true dataset.source.n_synthetic="$images" dataset.batch_size="$batch" \
     dataset.loader=serial trainer.device=gpu communicator="$comm" "trainer.stop=[$iters,iteration]" \
     extensions=minimal extensions.log_report.unit=iteration extensions.log_report.interval=1 \
@@ -189,16 +189,18 @@ resnet pure_nccl-1rank 1 pure_nccl 32 12
 resnet two_dimensional-2ranks-fake-nodes 2 two_dimensional 16 12 MNFRAME_FAKE_NODE_SIZE=1
 
 # ---------------------------------------------------------------- 5 bench_gpu.py (2 ranks, fake nodes: real checks)
-run_step "bench_gpu (2 ranks)" 04-bench.log 100 env MNFRAME_FAKE_NODE_SIZE=1 "$MPIEXEC" -n 2 "$PY" bench/bench_gpu.py \
+run_step "bench_gpu (2 ranks)" 04-bench.log 75 env MNFRAME_FAKE_NODE_SIZE=1 "$MPIEXEC" -n 2 "$PY" bench/bench_gpu.py \
   --repeat 10 --iterations 10 --communicators \
   hierarchical,two_dimensional,two_dimensional+fp16,two_dimensional+batched_copy,non_cuda_aware,flat,naive,pure_nccl
 grep -E '^\| (hier|two|non|flat|naive|pure|grad|dummy|none)' "$LOGS/04-bench.log" | sed 's/^/    /' | tee -a "$SUMMARY"
 
 # ---------------------------------------------------------------- 6 GPU tests
-run_step "tests/gpu single" 05-tests-single.log 120 "$PY" -m pytest -q -rs -p no:cacheprovider \
+run_step "tests/gpu single" 05-tests-single.log 110 "$PY" -m pytest -q -rs -p no:cacheprovider \
   tests/gpu/test_gpu_single.py
 tail -1 "$LOGS/05-tests-single.log" | sed 's/^/    /' | tee -a "$SUMMARY"
-run_step "tests/gpu mpi" 06-tests-mpi.log 150 "$PY" -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gpu_mpi.py
+# the one-GPU cases: NCCL in fake one-rank nodes (2-3 ranks), ranks sharing the GPU, host-staged training
+run_step "tests/gpu mpi" 06-tests-mpi.log 150 env MNFRAME_GPU_MPI_TIMEOUT=100 "$PY" -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gpu_mpi.py \
+  -k "fake1 or shared or train-host"
 tail -1 "$LOGS/06-tests-mpi.log" | sed 's/^/    /' | tee -a "$SUMMARY"
 
 finish "$FAILED"

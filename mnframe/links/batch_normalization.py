@@ -85,14 +85,10 @@ class _NcclExchange:
 
     @staticmethod
     def unavailable_reason():
-        try:
-            import cupy  # noqa: F401
-            from cupy.cuda import nccl  # noqa: F401
-        except Exception as e:  # ImportError, or a CUDA runtime error
-            return f"CuPy with NCCL is not importable ({type(e).__name__}: {e})"
-        if not getattr(nccl, "available", True):
-            return "CuPy was built without NCCL"
-        return None
+        """None when CuPy, CUDA and NCCL are usable here (mnframe's one CUDA probe), else why not."""
+        from mnframe import cuda_env
+        info = cuda_env.probe()
+        return info.problem or info.nccl_problem
 
     def _get_comm(self):
         if self._nccl_comm is None:
@@ -143,7 +139,7 @@ def _choose_mpi(comm, x):
 def _choose_nccl(comm, x):
     reason = _NcclExchange.unavailable_reason()
     collectives.raise_if_any(  # the same error on every rank, none left in a collective
-        comm, None if reason is None else f"communication_backend='nccl' needs {reason}; "
+        comm, None if reason is None else f"communication_backend='nccl' cannot be used: {reason}; "
                                           f"install CuPy with NCCL or use 'mpi' or 'auto'")
     return _NcclExchange(comm)
 

@@ -10,6 +10,7 @@ test_gpu_shared.py checks what happens when ranks share a GPU (2 ranks, one
 GPU). The cases with one NCCL group over several GPUs need one GPU per rank
 and skip, saying so, on smaller machines.
 """
+import os
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ def gpu_count():
 
 
 HERE = Path(__file__).parent
+TIMEOUT = int(os.environ.get("MNFRAME_GPU_MPI_TIMEOUT", "300"))  # seconds per case (scripts/gpu_check.sh: 100)
 HOST_NAMES = "non_cuda_aware,flat,naive,dummy"
 NCCL_NAMES = "pure_nccl,hierarchical,two_dimensional,single_node"
 FAKE_NODE_NAMES = "hierarchical,two_dimensional"  # NCCL in one-rank nodes, MPI between them
@@ -58,7 +60,7 @@ def test_gpu_mpi_module(module, n, env, gpus):
     path = HERE / "mpi" / module
     result = run_mpi(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
                       "--rootdir", str(path.parent), "-c", "/dev/null", str(path)],
-                     n=n, timeout=300, env=env, cwd=str(HERE.parent.parent))
+                     n=n, timeout=TIMEOUT, env=env, cwd=str(HERE.parent.parent))
     if result.timed_out:
-        pytest.fail(f"{module} with {n} ranks timed out\n{result.output[-6000:]}")
+        pytest.fail(f"{module} with {n} ranks timed out after {TIMEOUT}s\n{result.output[-6000:]}")
     assert result.returncode == 0, f"{module} with {n} ranks exited {result.returncode}\n{result.output[-8000:]}"
