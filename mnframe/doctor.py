@@ -9,7 +9,8 @@ any step failed. Steps, in the order of the spec's checklist:
 2. the launcher says N ranks but MPI sees 1 ("every rank prints 0"):
    mpi4py built against another MPI than the launcher's;
 3. ranks and hosts;
-4. CuPy, CUDA and NCCL presence and versions;
+4. CuPy, CUDA, NCCL and cuDNN presence and versions (fixes name the packages for the
+   CUDA of the CuPy installed; CuPy 14 has no cuDNN: which CuPy line keeps it);
 5. whether MPI is CUDA-aware (Open MPI reports it; others: a hint);
 6. a short allreduce bandwidth check.
 """

@@ -16,7 +16,6 @@ import chainer
 import mnframe as chainermn
 from mnframe import cuda_env
 from mnframe.builder import device
-from mnframe.communicators import factory
 from mnframe.links import batch_normalization as bn
 from mnframe.runtime.errors import ConfigError
 
