@@ -494,8 +494,8 @@ def describe_ranks(world, gpu, n_devices):
         seen.setdefault((host, bus), []).append(r)
     shared = [ranks for ranks in seen.values() if len(ranks) > 1]
     if shared:
-        print(f"  note: ranks {shared} share a GPU; NCCL refuses that (pure_nccl and the like show n/a): "
-              f"run one rank per GPU")
+        print(f"  note: ranks {shared} share a GPU; NCCL refuses two ranks of one NCCL group on a GPU "
+              f"(pure_nccl shows n/a; hierarchical/two_dimensional work with MNFRAME_FAKE_NODE_SIZE=1)")
     sys.stdout.flush()
 
 

@@ -161,15 +161,16 @@ fi
 [ -n "$MPIEXEC" ] || { say "no mpiexec (the mpich wheel brings one): multi-rank steps cannot run"; finish 1; }
 
 # ---------------------------------------------------------------- 4 ResNet-50 on synthetic ImageNet
+# the runner's overrides for every ResNet-50 run (tests/unit/test_gpu_ready.py validates them)
+RESNET_ARGS="recipe=imagenet dataset.source.synthetic=true dataset.loader=serial trainer.device=gpu extensions=minimal extensions.log_report.unit=iteration extensions.log_report.interval=1"
 resnet() {  # name ranks communicator batch iterations [env...]
   local name=$1 n=$2 comm=$3 batch=$4 iters=$5; shift 5
   local dir="$WORK/run-$name"
   local images=$((n * batch * iters))
-  run_step "resnet50 $name" 03-resnet50.log 75 env "$@" "$MPIEXEC" -n "$n" "$PY" -m mnframe recipe=imagenet \
-    dataset.source.synthetic=true dataset.source.n_synthetic="$images" dataset.batch_size="$batch" \
-    dataset.loader=serial trainer.device=gpu communicator="$comm" "trainer.stop=[$iters,iteration]" \
-    extensions=minimal extensions.log_report.unit=iteration extensions.log_report.interval=1 \
-    hydra.run.dir="$dir"
+  # shellcheck disable=SC2086  # RESNET_ARGS is a list of words
+  run_step "resnet50 $name" 03-resnet50.log 75 env "$@" "$MPIEXEC" -n "$n" "$PY" -m mnframe $RESNET_ARGS \
+    dataset.source.n_synthetic="$images" dataset.batch_size="$batch" communicator="$comm" \
+    "trainer.stop=[$iters,iteration]" hydra.run.dir="$dir"
   "$PY" - "$dir/log" "$n" "$batch" <<'EOF' 2>&1 | tee -a "$LOGS/03-resnet50.log" "$SUMMARY"
 import json, sys
 try:

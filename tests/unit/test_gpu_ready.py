@@ -257,3 +257,17 @@ def test_runner_accepts_double_buffering_with_every_cpu_communicator(name):
     from mnframe import cli
     text = cli.check([f"communicator={name}", "optimizer.double_buffering=true"], 2, has_cuda=False)
     assert "double_buffering" in text or text
+
+
+def test_gpu_check_training_overrides_validate():
+    """scripts/gpu_check.sh's ResNet-50 runs are valid runner configs on a GPU machine (2 ranks)."""
+    import re
+    from pathlib import Path
+
+    from mnframe import cli
+    script = (Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.sh").read_text()
+    words = re.search(r'^RESNET_ARGS="([^"]+)"', script, re.M).group(1).split()
+    for comm in ("pure_nccl", "two_dimensional"):
+        text = cli.check(words + ["dataset.source.n_synthetic=384", "dataset.batch_size=16", f"communicator={comm}",
+                                  "trainer.stop=[12,iteration]"], 2, has_cuda=True)
+        assert f"communicator {comm}" in text
