@@ -9,7 +9,8 @@ any step failed. Steps, in the order of the spec's checklist:
 2. the launcher says N ranks but MPI sees 1 ("every rank prints 0"):
    mpi4py built against another MPI than the launcher's;
 3. ranks and hosts;
-4. CuPy, CUDA and NCCL presence and versions;
+4. CuPy, CUDA, NCCL and cuDNN presence and versions (fixes name the packages for the
+   CUDA of the CuPy installed; CuPy 14 has no cuDNN: which CuPy line keeps it);
 5. whether MPI is CUDA-aware (Open MPI reports it; others: a hint);
 6. a short allreduce bandwidth check.
 """
@@ -111,29 +112,28 @@ def check_hosts(mpi) -> List[Result]:
 
 
 def check_cuda() -> List[Result]:
-    try:
-        import cupy
-    except ImportError:
-        return [Result("SKIP", "CuPy", "not installed (only the CPU communicators can be used)",
-                       fix="for GPUs: pip install cupy-cuda12x")]
-    out = []
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-        rt = cupy.cuda.runtime.runtimeGetVersion()
-        out.append(Result("PASS" if count else "FAIL", "CUDA",
-                          f"CuPy {cupy.__version__}, CUDA runtime {rt}, {count} device(s)",
-                          fix=None if count else "no GPU visible: check CUDA_VISIBLE_DEVICES "
-                                                 "and the driver (nvidia-smi)"))
-    except Exception as exc:
-        return [Result("FAIL", "CUDA", f"CuPy cannot use CUDA: {exc}",
-                       fix="install the CuPy wheel matching your CUDA driver")]
-    try:
-        from cupy.cuda import nccl
+    """CuPy, CUDA, NCCL and cuDNN from the one CUDA probe (``mnframe.cuda_env``); every fix
+    names the package for the CUDA major version of the CuPy installed (cu12 or cu13)."""
+    from mnframe import cuda_env
 
-        out.append(Result("PASS", "NCCL", f"version {nccl.get_version()}"))
-    except Exception as exc:
-        out.append(Result("FAIL", "NCCL", f"not available through CuPy ({exc})",
-                          fix="pip install nvidia-nccl-cu12 (pure_nccl needs NCCL >= 2)"))
+    info = cuda_env.probe()
+    if info.cupy_version is None and info.problem is not None and "not installed" in info.problem:
+        return [Result("SKIP", "CuPy", "not installed (only the CPU communicators can be used)",
+                       fix=f"for GPUs: {cuda_env.CUPY_HINT}")]
+    where = f"CuPy {info.cupy_version or '?'} ({info.cupy_package or 'source build'}, CUDA {info.cuda_major or '?'})"
+    if info.problem is not None:
+        return [Result("FAIL", "CUDA", f"{where}: {info.problem}",
+                       fix="check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES, and that the CuPy "
+                           "wheel matches the driver's CUDA (cupy-cuda12x / cupy-cuda13x)")]
+    out = [Result("PASS", "CUDA", f"{where}, {info.device_count} device(s)")]
+    if info.nccl_problem is None:
+        out.append(Result("PASS", "NCCL", f"version {info.nccl_version}"))
+    else:
+        out.append(Result("FAIL", "NCCL", info.nccl_problem,
+                          fix=f"{cuda_env.nccl_hint()} (pure_nccl, hierarchical and two_dimensional on GPUs "
+                              f"need NCCL; non_cuda_aware does not)"))
+    note = cuda_env.cudnn_note(info)
+    out.append(Result("INFO", "cuDNN", note) if note else Result("PASS", "cuDNN", "cupy.cudnn is available"))
     return out
 
 

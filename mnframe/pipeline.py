@@ -31,10 +31,14 @@ from mnframe.runtime import threads
 log = logging.getLogger("mnframe.pipeline")
 
 
-def seed_everything(seed: int) -> None:
-    """The same seed on every rank: identical initial weights and shuffles."""
+def seed_everything(seed: int, device=None) -> None:
+    """The same seed on every rank: identical initial weights and shuffles (and CuPy's
+    generator of the rank's GPU when ``device`` is one: dropout on the GPU)."""
     random.seed(seed)
     np.random.seed(seed)
+    if device is not None and device.xp is not np:
+        from mnframe.checkpoint.rng import seed_cupy
+        seed_cupy(seed)
 
 
 class Job(NamedTuple):
@@ -53,8 +57,8 @@ def build_trainer(cfg: RunConfig, run_dir: str, config: Optional[Dict[str, Any]]
     from chainer import training
 
     comms = build_communicators(cfg.communicator, cfg.topology)
-    seed_everything(cfg.seed)
-    device = select_device(cfg.trainer.device, comms.world.intra_rank)
+    device = select_device(cfg.trainer.device, comms.world)
+    seed_everything(cfg.seed, device)
     threads.configure(cfg.trainer.threads, comms.world, on_cpu=device.xp is np)
     plan = rank_plan(cfg, comms)  # None for data parallelism
     data = build_data(cfg.dataset, comms, cfg.seed, empty=plan is not None and plan.dataset == "empty")

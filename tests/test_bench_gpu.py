@@ -37,7 +37,7 @@ def test_skips_without_cuda():
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("bench_gpu: skipped: no CUDA device ("), proc.stdout
     if importlib.util.find_spec("cupy") is None:
-        assert lines[0] == "bench_gpu: skipped: no CUDA device (CuPy not installed)"
+        assert lines[0].startswith("bench_gpu: skipped: no CUDA device (CuPy is not installed")
 
 
 def test_import_is_lazy():
@@ -109,6 +109,16 @@ def test_comm_share_and_table():
     assert bench_gpu.fmt(None, ".1f") == "-" and bench_gpu.fmt(2.25, ".1f") == "2.2"
 
 
+def test_one_rank_checks_nothing_and_says_so():
+    """On one rank nothing is exchanged: the check column must not claim PASS."""
+    args = [str(SCRIPT), "--cpu", "--small", "--parts", "allreduce", "--repeat", "1",
+            "--communicators", "naive,two_dimensional"]
+    res = run_mpi(args, n=1, timeout=120, cwd=str(REPO))
+    assert res.returncode == 0, res.output[-3000:]
+    rows = [line for line in res.stdout.splitlines() if line.startswith("| naive") or line.startswith("| two_")]
+    assert len(rows) == 2 and all("PASS" not in r and "one rank: nothing exchanged" in r for r in rows), res.stdout
+
+
 def test_harness_on_cpu_two_ranks():
     """--cpu drives the whole harness (collective n/a decisions, checks, training loop) with NumPy."""
     args = [str(SCRIPT), "--cpu", "--small", "--arch", "nin", "--iterations", "1", "--train-warmup", "2",
@@ -121,7 +131,7 @@ def test_harness_on_cpu_two_ranks():
     assert rows["pure_nccl"][-1].startswith("n/a: RuntimeError"), res.stdout
     assert rows["naive"][5] == "PASS" and rows["two_dimensional+fp16"][5] == "PASS", res.stdout
     assert rows["two_dimensional+fp16"][1] == "float16"
-    assert rows["dummy"][5] == "skip"
+    assert rows["dummy"][5] == "-"
     assert rows["two_dimensional"][3] != "-", res.stdout  # training fell back past pure_nccl/non_cuda_aware
     assert "dummy (no exchange)" in rows or "none (plain MomentumSGD)" in rows
     assert "gradient exchange share of an iteration" in res.stdout

@@ -44,6 +44,7 @@ class DeviceReducer(GradReducer):
     """Pack (scaled when ``prescale``) into a device buffer, ``reduce`` (a sum), unpack."""
 
     prescale = True  # pack multiplies by 1/size, so ``reduce`` only has to sum
+    nccl_scope = None  # the ranks one NCCL group spans: "world", "node", or None (no NCCL)
 
     def __init__(self, mpi_comm, topology, options=None):
         import cupy
@@ -109,6 +110,8 @@ class InterNodeSum:
 class NcclAllReducer(DeviceReducer):
     """``pure_nccl``: one NCCL allreduce per dtype group over all ranks."""
 
+    nccl_scope = "world"
+
     def __init__(self, mpi_comm, topology, options=None):
         super().__init__(mpi_comm, topology, options)
         self._nccl = NcclGroup(self._nccl_comm(mpi_comm, topology), type(self).__name__)
@@ -128,6 +131,8 @@ class NcclAllReducer(DeviceReducer):
 class NcclSingleNodeReducer(NcclAllReducer):
     """``single_node``: NCCL allreduce over the node, which must hold every rank."""
 
+    nccl_scope = "node"
+
     def _nccl_comm(self, mpi_comm, topology):
         from mnframe.communicators.single_node import require_one_node
         require_one_node(topology)
@@ -136,6 +141,8 @@ class NcclSingleNodeReducer(NcclAllReducer):
 
 class NcclHierarchicalReducer(DeviceReducer):
     """``hierarchical``: NCCL reduce to the node leader, leaders' MPI allreduce, NCCL broadcast."""
+
+    nccl_scope = "node"
 
     def __init__(self, mpi_comm, topology, options=None):
         super().__init__(mpi_comm, topology, options)

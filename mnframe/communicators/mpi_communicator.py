@@ -53,6 +53,7 @@ class MpiCommunicator(CommunicatorBase):
         self._reducers = {}  # array module -> reducer, created on first use
         self._finalized = False
         self._layouts = {}
+        self._closers = []  # close() of resources built over this communicator (NCCL groups of MNBN, ...)
 
     def __repr__(self):
         return (f"<{type(self).__name__} rank {self.rank}/{self.size} "
@@ -88,6 +89,8 @@ class MpiCommunicator(CommunicatorBase):
         if self._finalized:
             return
         self._finalized = True
+        while self._closers:
+            self._closers.pop()()
         for reducer in self._reducers.values():
             reducer.close()
         self._reducers.clear()
@@ -95,6 +98,10 @@ class MpiCommunicator(CommunicatorBase):
         if self._owns_comm:
             with oplog.op("free"):
                 self._comm.Free()
+
+    def close_on_finalize(self, close):
+        """Call ``close()`` at ``finalize`` (objects that build NCCL groups over this communicator)."""
+        self._closers.append(close)
 
     # -- arrays
     def alltoall(self, xs):

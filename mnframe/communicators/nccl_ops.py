@@ -123,8 +123,9 @@ def _raise_if_unusable(what, seen):
     """Raise the same error on every rank unless NCCL loads everywhere and no two ranks share a GPU."""
     problems = [f"rank {r}: {p}" for r, (p, _) in enumerate(seen) if p]
     if problems:
+        from mnframe.cuda_env import nccl_hint
         raise RuntimeError(f"{what}: NCCL is not usable ({'; '.join(problems)}). Install it "
-                           f"(pip install nvidia-nccl-cu12) or use communicator non_cuda_aware")
+                           f"({nccl_hint()}) or use communicator non_cuda_aware")
     owners = {}
     for r, (_, gpu) in enumerate(seen):
         owners.setdefault(gpu, []).append(r)

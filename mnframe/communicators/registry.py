@@ -7,7 +7,9 @@ runner's ``communicator`` config group is generated from ``COMMUNICATORS``
 and ``cpu_ok`` without starting MPI. Adding a name is one row here plus its
 module.
 
-``default_name()`` (what ``create_communicator()`` uses when no name is given):
+``default_name()`` (this process's view, without MPI; ``create_communicator()``
+with no name uses ``factory.default_name``, which also falls back to
+``non_cuda_aware`` when ranks share a GPU):
 ``pure_nccl`` when CuPy with CUDA devices and NCCL is importable, otherwise
 ``two_dimensional``, the fastest CPU strategy here (a single fused
 shared-memory pass on one node; slice-wise allreduce across nodes).
@@ -16,7 +18,6 @@ instead (``name_for_device``), so a CPU run on a GPU machine still averages
 NumPy gradients.
 """
 import dataclasses
-import importlib.util
 import types
 from typing import Mapping
 
@@ -84,23 +85,16 @@ GPU_DEFAULT = "pure_nccl"
 
 
 def cuda_problem(needs_nccl=False):
-    """None if CUDA (and NCCL when asked) is usable, else a sentence saying what is missing."""
-    if importlib.util.find_spec("cupy") is None:
-        return "CuPy is not installed (pip install cupy-cuda12x)"
-    try:
-        import cupy
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:  # no driver, no device, broken install
-        return f"CuPy cannot use CUDA ({type(e).__name__}: {e})"
-    if count < 1:
+    """None if CUDA (and NCCL when asked) is usable, else a sentence saying what is missing
+    (from ``mnframe.cuda_env.probe``, the one CUDA probe)."""
+    from mnframe import cuda_env
+    info = cuda_env.probe()
+    if info.problem is not None:
+        return info.problem
+    if info.device_count < 1:
         return "no CUDA device is visible"
-    if needs_nccl:
-        try:
-            from cupy.cuda import nccl
-        except Exception as e:
-            return f"NCCL is not available through CuPy ({e})"
-        if not getattr(nccl, "available", True):  # CuPy sets this instead of raising
-            return "CuPy was built or installed without NCCL"
+    if needs_nccl and info.nccl_problem is not None:
+        return info.nccl_problem
     return None
 
 

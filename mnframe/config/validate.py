@@ -194,10 +194,8 @@ def _optimizer_issues(cfg: schema.OptimizerConfig, comm_name: Optional[str],
         if not isinstance(value, (int, float, bool, type(None))) or value == "???":
             issues.append(ConfigIssue(join_path("optimizer", key),
                                       "hyper-parameters must be numbers or booleans", value=value))
-    if cfg.double_buffering and (comm_name != "pure_nccl" or not has_cuda):
-        issues.append(ConfigIssue("optimizer.double_buffering",
-                                  "double buffering needs the pure_nccl communicator on GPUs",
-                                  value=True, allowed="false, or communicator=pure_nccl on a GPU"))
+    # double_buffering works with every communicator (pure_nccl: NCCL on a CUDA stream; the others:
+    # non-blocking MPI, CPU or GPU), so it needs no check here
     return issues
 
 

@@ -15,9 +15,13 @@ rank's share), as for any parameter: the multi-node optimizer averages them.
 The channel exchange is a strategy object chosen through ``_BACKENDS``:
 ``'mpi'`` moves the few per-channel numbers through host MPI; ``'nccl'`` keeps
 them on the GPU (CuPy + NCCL, imported only then); ``'auto'`` picks NCCL when
-the input is a CuPy array and NCCL is usable on every rank, else MPI.
+the input is a CuPy array, NCCL is usable on every rank and no two ranks share
+a GPU (NCCL refuses that), else MPI; rank 0 logs the choice once per process.
+An NCCL group the link creates is destroyed by ``finalize()`` (or by the
+communicator's ``finalize()``), not left to garbage collection.
 """
 import copy
+import logging
 
 import numpy
 
@@ -32,6 +36,9 @@ from mnframe.runtime import oplog
 from mnframe.utils import collectives
 
 __all__ = ["MultiNodeBatchNormalization"]
+
+log = logging.getLogger("mnframe.links")
+_LOGGED = set()  # (backend, reason) already logged by this process
 
 
 # --------------------------------------------------------------------------- exchanges
@@ -67,17 +74,21 @@ class _NcclExchange:
     def __init__(self, comm):
         self.comm = comm
         self._nccl_comm = None
+        self._group = None
+
+    def close(self):
+        """Destroy the NCCL group this exchange created (not a communicator's own ``nccl_comm``)."""
+        if self._group is not None:
+            self._group.close()
+            self._group = None
+        self._nccl_comm = None
 
     @staticmethod
     def unavailable_reason():
-        try:
-            import cupy  # noqa: F401
-            from cupy.cuda import nccl  # noqa: F401
-        except Exception as e:  # ImportError, or a CUDA runtime error
-            return f"CuPy with NCCL is not importable ({type(e).__name__}: {e})"
-        if not getattr(nccl, "available", True):
-            return "CuPy was built without NCCL"
-        return None
+        """None when CuPy, CUDA and NCCL are usable here (mnframe's one CUDA probe), else why not."""
+        from mnframe import cuda_env
+        info = cuda_env.probe()
+        return info.problem or info.nccl_problem
 
     def _get_comm(self):
         if self._nccl_comm is None:
@@ -88,6 +99,9 @@ class _NcclExchange:
                 from mnframe.communicators.nccl_ops import NcclGroup
                 self._group = NcclGroup(collectives.mpi_comm_of(self.comm), "mnbn")
                 self._nccl_comm = self._group.comm
+                register = getattr(self.comm, "close_on_finalize", None)
+                if register is not None:
+                    register(self.close)
         return self._nccl_comm
 
     def allgather(self, xp, array):
@@ -125,18 +139,49 @@ def _choose_mpi(comm, x):
 def _choose_nccl(comm, x):
     reason = _NcclExchange.unavailable_reason()
     collectives.share_verdict(  # the same error on every rank, none left in a collective
-        comm, None if reason is None else f"communication_backend='nccl' needs {reason}; "
+        comm, None if reason is None else f"communication_backend='nccl' cannot be used: {reason}; "
                                           f"install CuPy with NCCL or use 'mpi' or 'auto'", "mnbn.choose_backend")
     return _NcclExchange(comm)
 
 
+def _gpu_of(x):
+    """(host, PCI bus id) of the GPU holding ``x``."""
+    import cupy
+
+    from mnframe.communicators.nccl_ops import _gpu_identity
+    with cupy.cuda.Device(x.device.id):
+        return _gpu_identity(cupy)
+
+
 def _choose_auto(comm, x):
-    """NCCL only if every rank has a CuPy input and a usable NCCL; else MPI."""
+    """NCCL only if every rank has a CuPy input, a usable NCCL and a GPU of its own; else MPI."""
     on_gpu = backend.get_device_from_array(x).name.startswith("@cupy")
-    usable = on_gpu and _NcclExchange.unavailable_reason() is None
-    if collectives.all_agree(comm, usable, name="mnbn.choose_backend"):
-        return _NcclExchange(comm)
-    return _MpiExchange(comm)
+    reason = None if on_gpu else "the input is not a CuPy array"
+    if reason is None:
+        reason = _NcclExchange.unavailable_reason()
+    gpu = _gpu_of(x) if reason is None else None
+    use_nccl, why = _auto_choice(collectives.allgather_obj(comm, (reason, gpu), name="mnbn.choose_backend"))
+    chosen = _NcclExchange(comm) if use_nccl else _MpiExchange(comm)
+    _log_choice(comm, chosen.name, why or "CuPy inputs, NCCL on every rank, one GPU per rank")
+    return chosen
+
+
+def _auto_choice(seen):
+    """(use NCCL?, why not) from every rank's (reason NCCL is unusable or None, GPU identity)."""
+    for rank, (why, _) in enumerate(seen):
+        if why:
+            return False, f"rank {rank}: {why}"
+    gpus = [gpu for _, gpu in seen]
+    if len(set(gpus)) < len(gpus):
+        return False, "ranks share a GPU, and NCCL needs one GPU per rank"
+    return True, None
+
+
+def _log_choice(comm, backend_name, reason):
+    if collectives.mpi_comm_of(comm).rank != 0 or (backend_name, reason) in _LOGGED:
+        return
+    _LOGGED.add((backend_name, reason))
+    log.info("MultiNodeBatchNormalization(communication_backend='auto'): %s (%s)", backend_name, reason)
 
 
 # communication_backend -> function(comm, first input) giving the exchange; the
@@ -296,6 +341,13 @@ class MultiNodeBatchNormalization(BatchNormalization):
                          initial_beta=initial_beta, axis=axis)
         self.comm = comm
         self.communication_backend = communication_backend
+        self._exchange = None
+
+    def finalize(self):
+        """Release the exchange's resources (its NCCL group); the next training forward picks again."""
+        close = getattr(self._exchange, "close", None)
+        if close is not None:
+            close()
         self._exchange = None
 
     def __deepcopy__(self, memo):

@@ -14,6 +14,9 @@ since step t-1, is unpacked. The ranks check that they hold the same gradients
 before every exchange (a mismatch would make NCCL wait forever). Used by
 ``create_multi_node_optimizer(double_buffering=True)`` with communicators whose
 ``double_buffering`` is ``"nccl"`` (pure_nccl). CuPy is imported on creation.
+
+Its NCCL group is destroyed by ``close()``: called by the optimizer's
+``finalize()`` and, at the latest, by the communicator's ``finalize()``.
 """
 import numpy as np
 
@@ -37,6 +40,9 @@ class StreamStaleAverager:
         self._slots = {}      # layout key -> (layout, [Buffer, Buffer])
         self._step = 0
         self._pending = None  # (layout, slot buffer, params, done event)
+        register = getattr(communicator, "close_on_finalize", None)
+        if register is not None:
+            register(self.close)
 
     def exchange(self, target):
         """Start averaging this step's gradients; put last step's mean in ``param.grad``.
@@ -101,7 +107,9 @@ class StreamStaleAverager:
         self._pending = None
 
     def close(self):
+        """Finish the average in flight, destroy the NCCL group, drop the buffers (idempotent)."""
         self.reset()
         if self._nccl is not None:
             self._nccl.close()
             self._nccl = None
+        self._slots.clear()

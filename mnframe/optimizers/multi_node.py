@@ -131,6 +131,12 @@ class _MultiNodeOptimizer:
         if self._averager is not None:
             self._averager.reset()
 
+    def finalize(self):
+        """Finish the averaging in flight and release the averager's resources (its NCCL group)."""
+        if self._averager is not None:
+            close = getattr(self._averager, "close", self._averager.reset)
+            close()
+
 
 def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False, zero_fill=True):
     """Wrap a Chainer optimizer for data-parallel training over ``communicator``.

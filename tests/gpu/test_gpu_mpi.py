@@ -1,11 +1,16 @@
 """Run tests/gpu/mpi/* under mpiexec on a GPU machine, with a hard timeout.
 
 Strategies without NCCL (non_cuda_aware, flat, naive, dummy) run with several
-ranks on any number of GPUs (ranks may share one). NCCL refuses two ranks on
-one GPU, so the NCCL strategies run with one rank per GPU and skip, saying so,
-on a machine with a single GPU. MNFRAME_FAKE_NODE_SIZE splits the ranks into
-fake nodes so the between-node paths (MPI, host staging) run on one machine.
+ranks on any number of GPUs (ranks may share one). NCCL refuses two ranks of
+one NCCL group on one GPU, but with MNFRAME_FAKE_NODE_SIZE=1 every rank is a
+node of its own: hierarchical and two_dimensional then make real NCCL calls
+in one-rank groups and average across ranks over MPI, so 2 and 3 ranks on a
+single GPU test real cross-rank means through the NCCL code ("fake1" cases).
+test_gpu_shared.py checks what happens when ranks share a GPU (2 ranks, one
+GPU). The cases with one NCCL group over several GPUs need one GPU per rank
+and skip, saying so, on smaller machines.
 """
+import os
 from pathlib import Path
 
 import pytest
@@ -22,16 +27,24 @@ def gpu_count():
 
 
 HERE = Path(__file__).parent
+TIMEOUT = int(os.environ.get("MNFRAME_GPU_MPI_TIMEOUT", "300"))  # seconds per case (scripts/gpu_check.sh: 100)
 HOST_NAMES = "non_cuda_aware,flat,naive,dummy"
 NCCL_NAMES = "pure_nccl,hierarchical,two_dimensional,single_node"
+FAKE_NODE_NAMES = "hierarchical,two_dimensional"  # NCCL in one-rank nodes, MPI between them
 
 # (id, module, ranks, environment, GPUs needed)
+FAKE1 = {"MNFRAME_FAKE_NODE_SIZE": "1"}
 CASES = [
     ("host-2", "test_gpu_comm.py", 2, {"MNFRAME_GPU_NAMES": HOST_NAMES}, 1),
     ("host-3", "test_gpu_comm.py", 3, {"MNFRAME_GPU_NAMES": HOST_NAMES}, 1),
     ("host-2x2nodes", "test_gpu_comm.py", 4, {"MNFRAME_GPU_NAMES": "non_cuda_aware,flat",
                                               "MNFRAME_FAKE_NODE_SIZE": "2"}, 1),
+    ("nccl-fake1-2", "test_gpu_comm.py", 2, {"MNFRAME_GPU_NAMES": FAKE_NODE_NAMES, **FAKE1}, 1),
+    ("nccl-fake1-3", "test_gpu_comm.py", 3, {"MNFRAME_GPU_NAMES": FAKE_NODE_NAMES, **FAKE1}, 1),
     ("train-host-2", "test_gpu_train.py", 2, {"MNFRAME_GPU_NAMES": "non_cuda_aware"}, 1),
+    ("train-nccl-fake1-2", "test_gpu_train.py", 2, {"MNFRAME_GPU_NAMES": "two_dimensional", **FAKE1}, 1),
+    ("train-nccl-fake1-3", "test_gpu_train.py", 3, {"MNFRAME_GPU_NAMES": "hierarchical", **FAKE1}, 1),
+    ("shared-2", "test_gpu_shared.py", 2, {"CUDA_VISIBLE_DEVICES": "0"}, 1),  # both ranks on one GPU
     ("nccl-2", "test_gpu_comm.py", 2, {"MNFRAME_GPU_NAMES": NCCL_NAMES}, 2),
     ("nccl-2x2nodes", "test_gpu_comm.py", 4, {"MNFRAME_GPU_NAMES": "hierarchical,two_dimensional,pure_nccl",
                                               "MNFRAME_FAKE_NODE_SIZE": "2"}, 4),
@@ -47,7 +60,7 @@ def test_gpu_mpi_module(module, n, env, gpus):
     path = HERE / "mpi" / module
     result = run_mpi(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
                       "--rootdir", str(path.parent), "-c", "/dev/null", str(path)],
-                     n=n, timeout=300, env=env, cwd=str(HERE.parent.parent))
+                     n=n, timeout=TIMEOUT, env=env, cwd=str(HERE.parent.parent))
     if result.timed_out:
-        pytest.fail(f"{module} with {n} ranks timed out\n{result.output[-6000:]}")
+        pytest.fail(f"{module} with {n} ranks timed out after {TIMEOUT}s\n{result.output[-6000:]}")
     assert result.returncode == 0, f"{module} with {n} ranks exited {result.returncode}\n{result.output[-8000:]}"

@@ -1,10 +1,13 @@
-"""One process, one GPU: every GPU strategy's pack/sum/unpack path, dtypes, batched_copy,
-double buffering, MNBN over NCCL, bcast_data, and a short training run against the CPU.
+"""One process, one GPU: NcclGroup's calls, every GPU strategy's pack/sum/unpack path, dtypes,
+batched_copy, double buffering, MNBN over NCCL, bcast_data, the runner's device and CuPy seed.
 
-``multi_node_mean_grad`` on one rank returns the gradients untouched without
-communicating, so these tests call each communicator's GPU strategy directly
-(``comm._reducer_for("cupy").mean``): on one rank the mean is the gradient
-itself, cast through the wire dtype. Several ranks: tests/gpu/test_gpu_mpi.py.
+On one rank a sum over ranks is the value itself, so nothing here proves
+averaging: these tests prove that the device code runs and round-trips
+exactly (NCCL's arguments, pointers, counts, dtypes and streams; the packing
+kernels, with a scale != 1 where it is applied). ``multi_node_mean_grad`` on
+one rank returns early, so the strategies are called directly
+(``comm._reducer_for("cupy").mean``). Cross-rank averaging on one GPU, with
+real NCCL calls: tests/gpu/test_gpu_mpi.py (MNFRAME_FAKE_NODE_SIZE=1).
 """
 import numpy as np
 import pytest
@@ -187,14 +190,136 @@ def _train(device, name, steps=5):
     return {n: chainer.backend.CpuDevice().send(p.array) for n, p in sorted(model.namedparams())}
 
 
-def test_training_on_gpu_matches_cpu(cupy):
+def test_one_rank_gpu_arithmetic_matches_cpu(cupy):
+    """Forward, backward and update on the GPU agree with the CPU (one rank: no gradient exchange;
+    the exchange is compared in tests/gpu/mpi/test_gpu_train.py)."""
     cpu = _train("@numpy", "two_dimensional")
     gpu = _train("@cupy:0", "pure_nccl")
     for n in cpu:
         np.testing.assert_allclose(gpu[n], cpu[n], rtol=1e-4, atol=1e-5, err_msg=n)
 
 
-def test_cuda_aware_detection_answers(cupy):
-    from mnframe.communicators import cuda_aware
+def test_cuda_aware_detection_decides_the_flat_path(cupy):
+    """What detect() says is what the GPU flat strategy does: device buffers to MPI only when aware
+    (and then a device-buffer round trip through MPI must arrive intact), else a host copy."""
+    from mpi4py import MPI
+
+    from mnframe.communicators import cuda_aware, device_reducers
+    from mnframe.doctor import _device_round_trip
     aware, how = cuda_aware.detect()
-    assert isinstance(aware, bool) and how
+    if cuda_aware.from_env() is None:
+        assert aware == bool(cuda_aware.query_library()), how
+    comm = chainermn.create_communicator("flat")
+    model = _model(cupy, np.float32)
+    _direct_mean(comm, model)
+    reducer = comm._reducer_for("cupy")
+    want = device_reducers.MpiDeviceReducer if aware else device_reducers.HostStagedFlatReducer
+    assert type(reducer) is want, (aware, how)
+    if aware:
+        status, _, detail = _device_round_trip(MPI, how)
+        assert status == "PASS", detail
+    comm.finalize()
+
+
+# ---------------------------------------------------------------- NcclGroup, called directly (one rank)
+
+@pytest.fixture
+def group(cupy):
+    from mpi4py import MPI
+
+    from mnframe.communicators.nccl_ops import NcclGroup
+    g = NcclGroup(MPI.COMM_SELF, "test")
+    yield g
+    g.close()
+
+
+def _framed(cupy, dtype, n=37):
+    """A buffer with guard elements around the ``n`` in the middle: NCCL must touch only those."""
+    buf = cupy.full(n + 8, -7, dtype=dtype)
+    body = buf[4:4 + n]
+    body[...] = cupy.arange(n, dtype=dtype) / 4
+    return buf, body
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nccl_group_methods_on_one_rank(cupy, group, dtype):
+    assert (group.size, group.rank) == (1, 0) and group.comm is not None
+    stream = cupy.cuda.Stream(non_blocking=True)
+    for call in ("allreduce", "reduce", "bcast", "reduce_scatter_inplace", "allgather_inplace"):
+        buf, body = _framed(cupy, dtype)
+        want = cupy.asnumpy(body).copy()
+        with stream:  # the collective goes on the current stream
+            out = getattr(group, call)(body)
+        stream.synchronize()
+        np.testing.assert_array_equal(cupy.asnumpy(body), want, err_msg=call)
+        assert float(cupy.abs(buf[:4] + 7).max()) == 0 and float(cupy.abs(buf[-4:] + 7).max()) == 0, call
+        if call.endswith("_inplace") and call.startswith("reduce"):
+            assert out.data.ptr == body.data.ptr and out.size == body.size  # this rank's block: all of it
+
+
+def test_nccl_group_refuses_integers_and_closes_once(cupy, group):
+    with pytest.raises(TypeError, match="float16/32/64"):
+        group.allreduce(cupy.zeros(4, dtype=np.int32))
+    group.close()
+    assert group.comm is None
+    group.close()
+
+
+# ---------------------------------------------------------------- runner, seeds, closing
+
+def test_runner_device_and_cupy_seed(cupy):
+    from mnframe import pipeline
+    from mnframe.builder.device import select_device
+    comm = chainermn.create_communicator("non_cuda_aware")
+    device = select_device("gpu", comm)
+    assert device.xp is cupy and device.device.id == 0
+    pipeline.seed_everything(11, device)
+    a = cupy.asnumpy(cupy.random.rand(5))
+    pipeline.seed_everything(11, device)
+    np.testing.assert_array_equal(a, cupy.asnumpy(cupy.random.rand(5)))
+    comm.finalize()
+
+
+def test_cupy_generator_resumes_exactly(cupy):
+    """Marked GPU test of item 4: a checkpoint re-seeds CuPy's generator and stores the seed."""
+    from mnframe.checkpoint import rng
+    rng.seed_cupy(5)
+    state = rng.RngState(lambda: {})
+    cupy.random.rand(3)
+    saved = chainer.serializers.DictionarySerializer()
+    state.serialize(saved)
+    after = [cupy.asnumpy(cupy.random.rand(4)) for _ in range(3)]
+    cupy.random.seed(999)
+    state.serialize(chainer.serializers.NpzDeserializer(dict(saved.target)))
+    for a in after:
+        np.testing.assert_array_equal(a, cupy.asnumpy(cupy.random.rand(4)))
+
+
+def test_mnbn_auto_picks_nccl_and_finalize_closes_it(cupy):
+    comm = chainermn.create_communicator("pure_nccl")
+    link = chainermn.links.MultiNodeBatchNormalization(4, comm)
+    link.to_device("@cupy:0")
+    x = cupy.asarray(np.random.RandomState(2).standard_normal((6, 4)).astype(np.float32))
+    with chainer.using_config("train", True):
+        link(x)
+    exchange = link._exchange
+    assert exchange.name == "nccl" and exchange._group is not None
+    link.finalize()
+    assert exchange._group is None and link._exchange is None
+    comm.finalize()
+
+
+def test_double_buffering_group_closed_by_finalize(cupy):
+    comm = chainermn.create_communicator("pure_nccl")
+    model = L.Linear(3, 2)
+    model.to_device("@cupy:0")
+    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.SGD(lr=1.0), comm, double_buffering=True)
+    opt.setup(model)
+    model.W.grad = cupy.ones((2, 3), dtype=np.float32)
+    model.b.grad = cupy.zeros(2, dtype=np.float32)
+    opt.update()
+    averager = opt._averager
+    assert averager._nccl is not None
+    opt.finalize()
+    assert averager._nccl is None
+    comm.finalize()

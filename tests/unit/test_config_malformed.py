@@ -33,7 +33,6 @@ OVERRIDES = [
     (["dataset.strategy=scater"], 2, "did you mean 'scatter'"),
     (["resume=sometimes"], 1, "resume"),
     (["extensions.log_report.interval=0"], 1, "extensions.log_report.interval"),
-    (["optimizer.double_buffering=true"], 2, "optimizer.double_buffering"),
     (["model.n_units=-", "model._target_=recipes.mnist.model.MLPX"], 1, "model._target_"),
     (["optimizer.alpha=fast"], 1, "optimizer.alpha"),
     (["communicator.allreduce_grad_dtype=int8"], 1, "communicator.allreduce_grad_dtype"),

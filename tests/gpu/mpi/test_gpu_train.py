@@ -2,8 +2,11 @@
 
 In one MPI job every rank trains the same model twice from the same seed on
 its shard of the same data: once on the CPU with two_dimensional, once on its
-GPU with the communicator in MNFRAME_GPU_NAMES (plain and double-buffered with
-pure_nccl). The parameters must agree.
+GPU with the communicator in MNFRAME_GPU_NAMES (plain and double-buffered). Each
+rank trains on its own shard, so the gradients differ between ranks and only a
+correct cross-rank mean gives the CPU's parameters (with
+MNFRAME_FAKE_NODE_SIZE=1, hierarchical/two_dimensional average through NCCL
+in one-rank nodes and MPI between them, on a single GPU).
 """
 import os
 
@@ -36,6 +39,7 @@ def _train(device, name, double_buffering=False, steps=6):
         xb, tb = x[mine][i % 2 * 8:(i % 2 + 1) * 8], t[mine][i % 2 * 8:(i % 2 + 1) * 8]
         opt.update(model, dev.send(xb), dev.send(tb))
     opt.wait()
+    opt.finalize()
     comm.finalize()
     return {n: chainer.backend.CpuDevice().send(p.array) for n, p in sorted(model.namedparams())}
 
