@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Sequence
 
-from mnframe.config.errors import ConfigError, ConfigIssue, format_issues, suggest
+from mnframe.config.errors import ConfigError, ConfigIssue, format_issues, suggest, unknown_key_issue
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
@@ -116,9 +116,6 @@ _MISSING_OPTION = re.compile(r"Could not find '([^/']+)/([^']+)'")
 
 def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] = ()) -> ConfigError:
     """A Hydra/OmegaConf composition failure as a ConfigError with a suggestion."""
-    from mnframe.config.schema import RunConfig
-    from mnframe.config.validate import allowed_keys
-
     text = str(exc).strip()
     cause = exc.__cause__ or exc.__context__
     if cause is not None and str(cause) not in text:
@@ -126,12 +123,7 @@ def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] 
     issues: List[ConfigIssue] = []
     m = _OVERRIDE_KEY.search(text)
     if m and "not in struct" in text:
-        parts = m.group(1).split(".")
-        allowed = sorted(allowed_keys(RunConfig, tuple(parts[:-1])) - {"_target_"})
-        hint = f"(to add a new argument, write +{m.group(1)}=...)"
-        issues.append(ConfigIssue(m.group(1), f"unknown key {hint}",
-                                  allowed=", ".join(allowed) or None,
-                                  suggestion=suggest(parts[-1], allowed)))
+        issues.append(_unknown_override_key(m.group(1), cause))
     m = _MISSING_OPTION.search(text)
     if m:
         group, option = m.group(1), m.group(2)
@@ -142,6 +134,29 @@ def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] 
     if issues:
         return ConfigError(format_issues(issues))
     return ConfigError("invalid configuration (from Hydra):\n  " + text.replace("\n", "\n  "))
+
+
+def _unknown_override_key(override_key: str, cause: Any) -> ConfigIssue:
+    """``a.b.c=v`` where some part of ``a.b.c`` does not exist: name the first unknown
+    part, the keys its parent has (the composed node's and the schema's) and, only
+    when nothing is close and the section takes new keys, how to add one with ``+``."""
+    from mnframe.config.schema import RunConfig
+    from mnframe.config.validate import accepts_new_keys, allowed_keys
+
+    full_key = getattr(cause, "full_key", None) or override_key
+    parts = str(full_key).split(".")
+    parent = getattr(cause, "parent_node", None)
+    present = set()
+    with contextlib.suppress(Exception):
+        present = {str(k) for k in parent.keys()}
+    # the entry's kind (or its key: an extension's default kind) narrows a discriminated union
+    kind = str(parent.get("kind")) if "kind" in present else (parts[-2] if len(parts) > 1 else None)
+    allowed = sorted((present | allowed_keys(RunConfig, tuple(parts[:-1]), kind)) - {"_target_"})
+    hint = suggest(parts[-1], allowed)
+    extra = None
+    if hint is None and accepts_new_keys(RunConfig, tuple(parts[:-1])):
+        extra = f"(to add it, write +{full_key}=...)"
+    return unknown_key_issue(str(full_key), parts[-1], allowed, extra_hint=extra)
 
 
 def list_group_options(group: str, config_dirs: Sequence[Path] = ()) -> List[str]:

@@ -96,9 +96,7 @@ def test_overrides_reach_the_typed_config():
     cfg = validate(raw, 4)
     assert cfg.optimizer.hparams["lr"] == 0.05
     assert tuple(cfg.trainer.stop) == (5, "iteration")
-    from mnframe.config.validate import extensions_of
-
-    assert extensions_of(cfg)["progress_bar"].update_interval == 3
+    assert cfg.extensions["progress_bar"].update_interval == 3
 
 
 def test_user_recipe_directory(tmp_path):
