@@ -89,23 +89,48 @@ def find_recipes(config_dirs: Sequence[Path] = ()) -> Dict[str, Path]:
     return found
 
 
+# recipe name -> why its file could not be read (reported only when it is chosen)
+UNREADABLE_RECIPES: Dict[str, str] = {}
+
+
 def register_recipes(config_dirs: Sequence[Path] = ()) -> Dict[str, Path]:
-    """Put every recipe file into Hydra's ``recipe`` group (package ``_global_``)."""
+    """Put every recipe file into Hydra's ``recipe`` group (package ``_global_``).
+
+    A file that does not parse is left out and remembered in
+    ``UNREADABLE_RECIPES``: it fails only the job that asks for that recipe
+    (naming the file), never the other recipes."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
     store = ConfigStore.instance()
     recipes = find_recipes(config_dirs)
     native = {p.stem for d in config_dirs for p in (d / "recipe").glob("*.yaml")}
+    UNREADABLE_RECIPES.clear()
     for name, path in recipes.items():
         if name in native:  # Hydra finds D/recipe/NAME.yaml itself
             continue
         try:
             node = OmegaConf.load(path)
         except Exception as exc:  # a YAML syntax error names the file
-            raise ConfigError(f"cannot read recipe {name!r} from {path}: {exc}") from None
+            UNREADABLE_RECIPES[name] = f"cannot read {path}: {' '.join(str(exc).split())}"
+            continue
         store.store(group="recipe", name=name, node=node, package="_global_")
     return recipes
+
+
+def _recipe_elsewhere_hint(name: str) -> str:
+    """Where a recipe that was not found may be: a file of that name under the
+    working directory, to be passed with ``--config-dir``."""
+    cwd = Path.cwd()
+    patterns = [f"{name}.yaml", f"*/{name}.yaml", f"*/{name}/{RECIPE_FILE}", f"*/recipe/{name}.yaml",
+                f"*/*/{name}.yaml"]
+    for pattern in patterns:
+        for path in sorted(cwd.glob(pattern)):
+            folder = path.parent.parent if path.name == RECIPE_FILE or path.parent.name == "recipe" else path.parent
+            rel = os.path.relpath(folder, cwd)
+            return (f"{path.relative_to(cwd)} looks like it; pass its directory: "
+                    f"python -m mnframe --config-dir {rel} recipe={name}")
+    return f"your own recipes: python -m mnframe --config-dir DIR recipe={name} (DIR/{name}.yaml)"
 
 
 # -- Hydra errors as config errors --------------------------------------------
@@ -116,6 +141,8 @@ _MISSING_OPTION = re.compile(r"Could not find '([^/']+)/([^']+)'")
 
 def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] = ()) -> ConfigError:
     """A Hydra/OmegaConf composition failure as a ConfigError with a suggestion."""
+    import yaml
+
     text = str(exc).strip()
     cause = exc.__cause__ or exc.__context__
     if cause is not None and str(cause) not in text:
@@ -127,12 +154,20 @@ def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] 
     m = _MISSING_OPTION.search(text)
     if m:
         group, option = m.group(1), m.group(2)
+        if group == "recipe" and option in UNREADABLE_RECIPES:
+            return ConfigError(f"recipe {option!r}: {UNREADABLE_RECIPES[option]}\n"
+                               "Fix the YAML of that file (the other recipes are not affected).")
         options = list_group_options(group, config_dirs)
-        issues.append(ConfigIssue(group, f"unknown {group} option", value=option,
-                                  allowed=", ".join(options) or None,
-                                  suggestion=suggest(option, options)))
+        hint = suggest(option, options)
+        message = f"unknown {group} option"
+        if group == "recipe" and hint is None:
+            message += f" ({_recipe_elsewhere_hint(option)})"
+        issues.append(ConfigIssue(group, message, value=option,
+                                  allowed=", ".join(options) or None, suggestion=hint))
     if issues:
         return ConfigError(format_issues(issues))
+    if isinstance(exc, yaml.YAMLError):
+        return ConfigError("cannot read a config file (a YAML syntax error):\n  " + text.replace("\n", "\n  "))
     return ConfigError("invalid configuration (from Hydra):\n  " + text.replace("\n", "\n  "))
 
 
@@ -171,13 +206,19 @@ def list_group_options(group: str, config_dirs: Sequence[Path] = ()) -> List[str
 
 @contextlib.contextmanager
 def hydra_errors_as_config_errors(config_dirs: Sequence[Path] = ()) -> Iterator[None]:
+    try:
+        yield
+    except _composition_errors() as exc:
+        raise hydra_error_to_config_error(exc, config_dirs) from None
+
+
+def _composition_errors():
+    """What composing can raise for a user's mistake (a broken YAML file included)."""
+    import yaml
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    try:
-        yield
-    except (HydraException, OmegaConfBaseException) as exc:
-        raise hydra_error_to_config_error(exc, config_dirs) from None
+    return HydraException, OmegaConfBaseException, yaml.YAMLError
 
 
 def resolve(cfg: Any) -> Dict[str, Any]:
@@ -232,10 +273,7 @@ def run_hydra(argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str
     try:
         main()
     except Exception as exc:
-        from hydra.errors import HydraException
-        from omegaconf.errors import OmegaConfBaseException
-
-        if isinstance(exc, (HydraException, OmegaConfBaseException)) and not in_task:
+        if isinstance(exc, _composition_errors()) and not in_task:
             raise hydra_error_to_config_error(exc, config_dirs) from None
         raise
     finally:
