@@ -155,6 +155,7 @@ class TensorBoardExt(ExtensionBase):
     """
 
     kind: Literal["tensorboard"] = "tensorboard"
+    self_triggered: ClassVar[bool] = True  # looks for new log entries every iteration
     rank0_only: Literal[True] = True
     log_report: str = "log_report"
     log_dir: Optional[str] = None
@@ -172,10 +173,10 @@ class TensorBoardExt(ExtensionBase):
                                            "or logger=none"))
         source = entries.get(self.log_report)
         if not isinstance(source, LogReportExt) or not source.enabled:
-            reports = sorted(n for n, e in entries.items() if isinstance(e, LogReportExt))
+            reports = sorted(n for n, e in entries.items() if isinstance(e, LogReportExt) and e.enabled)
             out.append(ConfigIssue(join_path(path, "log_report"), "writes what a log_report extension "
                                    "logs, and there is no enabled one by that name", value=self.log_report,
-                                   allowed=", ".join(reports) or "add extensions.log_report"))
+                                   allowed=", ".join(reports) or "enable or add one: extensions.log_report"))
         return out
 
 

@@ -35,7 +35,7 @@ def test_recipe_composes_and_validates(recipe):
 
 def _options():
     for group in ("communicator", "optimizer", "dataset", "model", "topology", "updater",
-                  "trainer", "extensions", "checkpoint"):
+                  "trainer", "extensions", "checkpoint", "logger"):
         for option in C.list_group_options(group):
             yield group, option
 

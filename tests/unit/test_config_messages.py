@@ -128,3 +128,18 @@ def test_own_recipe_without_config_dir_gets_a_hint(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as info:
         cli.check(["recipe=nothing_of_the_kind"], 1)
     assert "--config-dir DIR" in str(info.value)
+
+
+def test_tensorboard_logger_without_tensorboardx_says_what_to_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # as if it were not installed
+    text = refused("logger=tensorboard")
+    assert "1 problem" in text
+    line = line_of(text, "extensions.tensorboard")
+    assert "tensorboardX" in line and "pip install 'mnframe[tensorboard]'" in line
+
+
+def test_tensorboard_logger_needs_its_log_report():
+    text = refused("logger=tensorboard", "extensions.log_report.enabled=false")
+    assert "extensions.tensorboard.log_report" in text
