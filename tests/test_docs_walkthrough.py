@@ -85,3 +85,19 @@ def test_the_doc_states_the_data_shape_the_recipes_get():
     assert str(t.dtype) == "int32" and (len(train), len(test)) == (1500, 297)
     text = DOC.read_text()
     assert "64** pixels in **[0, 1]**" in text and "(1, 8, 8)" in text and "1500 training and 297 test" in text
+
+
+def test_the_readme_model_parallel_recipe_works_as_written(tmp_path):
+    readme = (REPO / "README.md").read_text()
+    [snippet] = [text for lang, text in BLOCK.findall(readme) if lang == "yaml" and "name: my_mp" in text]
+    (tmp_path / "my_recipes").mkdir()
+    (tmp_path / "my_recipes" / "my_mp.yaml").write_text(snippet)
+    command = "mpiexec -n 2 python -m mnframe --config-dir my_recipes recipe=my_mp"
+    assert command in readme
+    status, output = run(command + " extensions=minimal trainer.stop=[30,iteration] "
+                         "extensions.log_report.interval=10 extensions.log_report.unit=iteration", tmp_path)
+    assert status == 0, output[-3000:]
+    [run_dir] = list((tmp_path / "runs" / "my_mp").iterdir())
+    log = json.loads((run_dir / "log").read_text())
+    assert [e["iteration"] for e in log] == [10, 20, 30]
+    assert log[-1]["main/loss"] < log[0]["main/loss"]
