@@ -22,9 +22,9 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-from mnframe.config.errors import ConfigError, ConfigIssue, format_issues, suggest, unknown_key_issue
+from mnframe.config.errors import ConfigError, ConfigIssue, ConfigIssues, suggest, unknown_key_issue
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
@@ -139,8 +139,36 @@ _OVERRIDE_KEY = re.compile(r"Could not override '([^']+)'")
 _MISSING_OPTION = re.compile(r"Could not find '([^/']+)/([^']+)'")
 
 
-def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] = ()) -> ConfigError:
-    """A Hydra/OmegaConf composition failure as a ConfigError with a suggestion."""
+def _override_key(override: str) -> str:
+    """``+a.b=1`` -> ``a.b``; ``optimizer=adam`` -> ``optimizer``."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def overrides_from_argv(argv: Sequence[str]) -> List[str]:
+    """The ``key=value`` (and ``~key``) overrides of a Hydra command line."""
+    return [a for a in argv if not a.startswith("-") and ("=" in a or a.startswith("~"))]
+
+
+def _issues_of_the_rest(overrides: Sequence[str], config_dirs: Sequence[Path]) -> List[ConfigIssue]:
+    """What else is wrong once the overrides Hydra refused are left out: the rest is
+    composed (collecting Hydra's next refusal the same way) and validated, leaving
+    out the checks that need the world size, so one message lists every problem."""
+    from mnframe.communicators.registry import cuda_problem
+    from mnframe.config.validate import validate
+
+    try:
+        validate(compose(overrides, config_dirs), world_size=None, has_cuda=cuda_problem() is None)
+    except ConfigIssues as more:
+        return more.issues
+    except ConfigError:
+        pass
+    return []
+
+
+def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] = (),
+                                overrides: Optional[Sequence[str]] = None) -> ConfigError:
+    """A Hydra/OmegaConf composition failure as a ConfigError with a suggestion;
+    with the command line's ``overrides``, the problems of the rest are added."""
     import yaml
 
     text = str(exc).strip()
@@ -148,12 +176,15 @@ def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] 
     if cause is not None and str(cause) not in text:
         text += f"\n{cause}"
     issues: List[ConfigIssue] = []
+    refused = set()  # keys of the overrides Hydra refused
     m = _OVERRIDE_KEY.search(text)
     if m and "not in struct" in text:
         issues.append(_unknown_override_key(m.group(1), cause))
+        refused.add(m.group(1))
     m = _MISSING_OPTION.search(text)
     if m:
         group, option = m.group(1), m.group(2)
+        refused.add(group)
         if group == "recipe" and option in UNREADABLE_RECIPES:
             return ConfigError(f"recipe {option!r}: {UNREADABLE_RECIPES[option]}\n"
                                "Fix the YAML of that file (the other recipes are not affected).")
@@ -165,7 +196,10 @@ def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] 
         issues.append(ConfigIssue(group, message, value=option,
                                   allowed=", ".join(options) or None, suggestion=hint))
     if issues:
-        return ConfigError(format_issues(issues))
+        rest = [o for o in overrides or () if _override_key(o) not in refused]
+        if overrides is not None and len(rest) < len(overrides):
+            issues += [i for i in _issues_of_the_rest(rest, config_dirs) if i not in issues]
+        return ConfigIssues(issues)
     if isinstance(exc, yaml.YAMLError):
         return ConfigError("cannot read a config file (a YAML syntax error):\n  " + text.replace("\n", "\n  "))
     return ConfigError("invalid configuration (from Hydra):\n  " + text.replace("\n", "\n  "))
@@ -205,11 +239,12 @@ def list_group_options(group: str, config_dirs: Sequence[Path] = ()) -> List[str
 
 
 @contextlib.contextmanager
-def hydra_errors_as_config_errors(config_dirs: Sequence[Path] = ()) -> Iterator[None]:
+def hydra_errors_as_config_errors(config_dirs: Sequence[Path] = (),
+                                  overrides: Optional[Sequence[str]] = None) -> Iterator[None]:
     try:
         yield
     except _composition_errors() as exc:
-        raise hydra_error_to_config_error(exc, config_dirs) from None
+        raise hydra_error_to_config_error(exc, config_dirs, overrides) from None
 
 
 def _composition_errors():
@@ -239,11 +274,12 @@ def compose(overrides: Sequence[str] = (), config_dirs: Sequence[Path] = ()) -> 
 
     config_dirs = [Path(d).resolve() for d in config_dirs]
     register_recipes(config_dirs)
-    overrides = list(overrides)
+    users = list(overrides)
+    overrides = list(users)
     if config_dirs:
         overrides.append("hydra.searchpath=[" + ",".join(f"file://{d}" for d in config_dirs) + "]")
     GlobalHydra.instance().clear()
-    with hydra_errors_as_config_errors(config_dirs):
+    with hydra_errors_as_config_errors(config_dirs, users):
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             return resolve(hydra_compose(config_name="config", overrides=overrides))
 
@@ -274,7 +310,9 @@ def run_hydra(argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str
         main()
     except Exception as exc:
         if isinstance(exc, _composition_errors()) and not in_task:
-            raise hydra_error_to_config_error(exc, config_dirs) from None
+            sweep = any(a in ("-m", "--multirun") for a in argv)  # a sweep's overrides list values
+            overrides = None if sweep else overrides_from_argv(argv)
+            raise hydra_error_to_config_error(exc, config_dirs, overrides) from None
         raise
     finally:
         sys.argv = saved_argv

@@ -22,6 +22,15 @@ except ImportError:  # pragma: no cover - until the runtime area lands
 _MISSING = object()
 
 
+class ConfigIssues(ConfigError):
+    """A ConfigError that keeps its issues, so problems found by different stages
+    (composition, validation) can be reported together in one message."""
+
+    def __init__(self, issues: Sequence["ConfigIssue"], header: str = "invalid configuration"):
+        super().__init__(format_issues(issues, header))
+        self.issues = list(issues)
+
+
 @dataclass(frozen=True)
 class ConfigIssue:
     path: str                       # dotted config path, e.g. "dataset.batch_size"
@@ -86,8 +95,8 @@ def format_issues(issues: Sequence[ConfigIssue], header: str = "invalid configur
 def raise_issues(issues: List[ConfigIssue], header: str = "invalid configuration") -> None:
     """Raise one ConfigError listing every issue (no-op when there is none)."""
     if issues:
-        raise ConfigError(format_issues(issues, header))
+        raise ConfigIssues(issues, header)
 
 
-__all__ = ["ConfigError", "ConfigIssue", "suggest", "unknown_key_issue", "join_path", "format_issues",
+__all__ = ["ConfigError", "ConfigIssues", "ConfigIssue", "suggest", "unknown_key_issue", "join_path", "format_issues",
            "raise_issues"]

@@ -298,7 +298,7 @@ def _optimizer_issues(cfg: schema.OptimizerConfig, comm_name: Optional[str],
     return issues
 
 
-def _dataset_issues(cfg: schema.DatasetConfig, dp_width: int) -> List[ConfigIssue]:
+def _dataset_issues(cfg: schema.DatasetConfig, dp_width: Optional[int]) -> List[ConfigIssue]:
     from mnframe.builder.data import STRATEGIES
 
     issues = []
@@ -306,7 +306,7 @@ def _dataset_issues(cfg: schema.DatasetConfig, dp_width: int) -> List[ConfigIssu
         issues.append(ConfigIssue("dataset.strategy", "unknown data strategy", value=cfg.strategy,
                                   allowed=", ".join(sorted(STRATEGIES)),
                                   suggestion=suggest(cfg.strategy, STRATEGIES)))
-    if cfg.global_batch_size is not None:
+    if cfg.global_batch_size is not None and dp_width is not None:
         if cfg.global_batch_size % dp_width:
             issues.append(ConfigIssue(
                 "dataset.global_batch_size",
@@ -384,9 +384,12 @@ def _section(name: str, field: Any, value: Any) -> Tuple[Any, List[ConfigIssue]]
     return _INVALID, issues
 
 
-def validate(raw: Dict[str, Any], world_size: int, has_cuda: bool = False,
+def validate(raw: Dict[str, Any], world_size: Optional[int], has_cuda: bool = False,
              check_targets: bool = True) -> schema.RunConfig:
-    """Return the validated ``RunConfig`` or raise one ConfigError listing every problem."""
+    """Return the validated ``RunConfig`` or raise one ConfigError listing every problem.
+
+    ``world_size=None`` leaves out the checks that need it (used to report the
+    rest of a command line whose composition failed)."""
     if not isinstance(raw, dict):
         raise_issues([ConfigIssue("", "the config must be a mapping", value=raw)])
     raw = resolve_auto_communicator(raw, has_cuda)
@@ -437,7 +440,7 @@ def resolve_auto_communicator(raw: Dict[str, Any], has_cuda: bool) -> Dict[str, 
     return {**raw, "communicator": {**comm, "name": name_for_device(device)}}
 
 
-def _semantic_issues(s: Dict[str, Any], world_size: int, has_cuda: bool,
+def _semantic_issues(s: Dict[str, Any], world_size: Optional[int], has_cuda: bool,
                      check_targets: bool) -> List[ConfigIssue]:
     issues: List[ConfigIssue] = []
     device = s["trainer"].device if "trainer" in s else "cpu"
@@ -452,7 +455,9 @@ def _semantic_issues(s: Dict[str, Any], world_size: int, has_cuda: bool,
     dp_width = world_size
     if isinstance(topo, schema.ModelParallelTopology):
         group = topo.group_size
-        if world_size < group:
+        if world_size is None:
+            pass
+        elif world_size < group:
             issues.append(ConfigIssue("topology.ranks", f"the model-parallel graph needs {group} "
                                       f"ranks but the job has {world_size}",
                                       allowed=f"mpiexec -n {group} (or a multiple)"))
@@ -461,7 +466,7 @@ def _semantic_issues(s: Dict[str, Any], world_size: int, has_cuda: bool,
                                       f"multiple of the model-parallel group size {group}",
                                       allowed=f"a multiple of {group}"))
         issues += check_graph(topo).issues
-        dp_width = max(1, world_size // group)
+        dp_width = None if world_size is None else max(1, world_size // group)
     if "dataset" in s:
         issues += _dataset_issues(s["dataset"], dp_width)
     if not check_targets:

@@ -120,11 +120,11 @@ def test_broken_yaml_of_a_group_option_names_the_file(tmp_path):
 
 def test_own_recipe_without_config_dir_gets_a_hint(tmp_path, monkeypatch):
     (tmp_path / "my_recipes").mkdir()
-    (tmp_path / "my_recipes" / "my_model.yaml").write_text("# @package _global_\nname: my_model\n")
+    (tmp_path / "my_recipes" / "hinted_model.yaml").write_text("# @package _global_\nname: hinted_model\n")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError) as info:
-        cli.check(["recipe=my_model"], 1)
-    assert "--config-dir my_recipes recipe=my_model" in str(info.value)
+        cli.check(["recipe=hinted_model"], 1)
+    assert "--config-dir my_recipes recipe=hinted_model" in str(info.value)
     with pytest.raises(ConfigError) as info:
         cli.check(["recipe=nothing_of_the_kind"], 1)
     assert "--config-dir DIR" in str(info.value)
@@ -143,3 +143,13 @@ def test_tensorboard_logger_without_tensorboardx_says_what_to_install(monkeypatc
 def test_tensorboard_logger_needs_its_log_report():
     text = refused("logger=tensorboard", "extensions.log_report.enabled=false")
     assert "extensions.tensorboard.log_report" in text
+
+
+def test_refused_overrides_and_validation_problems_come_in_one_message():
+    with pytest.raises(ConfigError) as info:
+        cli.check(["trainer.stpo=1", "optimizer=adamm", "model.n_unitz=3", "dataset.strategy=scater"], 2)
+    text = str(info.value)
+    assert "4 problems" in text
+    for needle in ("did you mean 'stop'", "did you mean 'adam'", "did you mean 'n_units'",
+                   "did you mean 'scatter'"):
+        assert needle in text
