@@ -26,10 +26,8 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from mnframe.config.extensions import (  # noqa: F401  (re-exported: the extension kinds)
-    CustomExt, EvaluatorExt, ExtensionBase, Extensions, LogReportExt, ObserveLrExt, PlotExt,
-    PrintReportExt, ProgressBarExt, TensorBoardExt)
-from mnframe.config.schedules import ExponentialShift, LinearShift, LrSchedule, StepShift  # noqa: F401
+from mnframe.config.extensions import Extensions
+from mnframe.config.schedules import LrSchedule
 
 PositiveInt = Annotated[int, Field(gt=0)]
 Unit = Literal["epoch", "iteration"]

@@ -5,12 +5,15 @@ Three passes, all local (no communication), so every rank reaches the same
 verdict from the same broadcast config:
 
 1. shapes and ranges: each section against its pydantic model (``schema``);
-2. names: communicator, optimizer, data strategy, extension kinds, and every
-   ``_target_`` is importable and accepts the keyword arguments given;
+2. names: communicator, optimizer, data strategy, what each extension kind
+   checks itself (``ExtensionBase.issues``), and every ``_target_`` is
+   importable and accepts the keyword arguments given;
 3. the world: batch sizes divide over the data-parallel ranks, the GPU-only
    choices have a GPU, and a model-parallel rank graph fits and cannot
    deadlock (``topology.check_graph``).
 
+A section with a bad key still gets passes 2 and 3 for the rest of its keys,
+so problems found by different passes are reported together.
 ``validate(raw, world_size, has_cuda)`` returns the model or raises one
 ``ConfigError`` listing everything wrong.
 """
@@ -25,7 +28,9 @@ from pydantic import BaseModel, Tag, TypeAdapter, ValidationError
 
 from mnframe.config import schema
 from mnframe.config.errors import ConfigIssue, join_path, raise_issues, suggest, unknown_key_issue
+from mnframe.config.extensions import ExtensionBase
 from mnframe.config.topology import check_graph
+
 
 # -- pass 1: pydantic ----------------------------------------------------------
 
@@ -335,7 +340,7 @@ def _model_issues(models: Any, topology: Any) -> List[ConfigIssue]:
     return issues
 
 
-def _extension_issues(entries: Dict[str, schema.ExtensionBase]) -> List[ConfigIssue]:
+def _extension_issues(entries: Dict[str, ExtensionBase]) -> List[ConfigIssue]:
     """What each kind checks itself (a custom ``_target_``, a missing package, ...)."""
     issues: List[ConfigIssue] = []
     for name, entry in entries.items():
