@@ -6,9 +6,10 @@ without asking the config for it.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Dict
 
-from mnframe.builder.instantiate import call_target
+from mnframe.builder.instantiate import call_target, import_target
 from mnframe.config.schema import UpdaterConfig
 
 
@@ -18,8 +19,9 @@ def _optimizer(train_iter, optimizers, device):
 
 
 # argument name -> its value from (train_iter, {name: optimizer}, device); an
-# updater gets those its signature accepts (all of them with **kwargs), and
-# ``models`` only when there are several (as ChainerMN's GAN updater expects)
+# updater gets those its signature accepts. ``models`` goes to an updater that
+# names it, and with several models to one that takes **kwargs too (as a GAN
+# updater expects); a single model's **kwargs updater is not handed it.
 PROVIDED: Dict[str, Callable[[Any, Dict[str, Any], Any], Any]] = {
     "iterator": lambda train_iter, optimizers, device: train_iter,
     "optimizer": _optimizer,
@@ -29,6 +31,14 @@ PROVIDED: Dict[str, Callable[[Any, Dict[str, Any], Any], Any]] = {
 
 
 def build_updater(cfg: UpdaterConfig, train_iter, optimizers: Dict[str, Any], device):
-    provided = {name: value(train_iter, optimizers, device) for name, value in PROVIDED.items()
-                if name != "models" or len(optimizers) > 1}
+    provided = {name: value(train_iter, optimizers, device) for name, value in PROVIDED.items()}
+    if len(optimizers) == 1 and "models" not in _parameters(cfg.target):
+        del provided["models"]
     return call_target(cfg.target, cfg.kwargs, **provided)
+
+
+def _parameters(dotted: str):
+    try:
+        return inspect.signature(import_target(dotted)).parameters
+    except (TypeError, ValueError):
+        return {}
