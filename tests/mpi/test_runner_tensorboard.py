@@ -1,26 +1,13 @@
 """logger=tensorboard on 2 ranks: rank 0 alone writes TensorBoard event files,
 and they hold exactly the LogReport's values (read back from the files)."""
 import json
-import struct
 import tempfile
 from pathlib import Path
 
+from mnframe.testing.tensorboard_events import read_scalars
+
 MPI_SIZES = (2,)
 MPI_TIMEOUT = 150
-
-
-def read_scalars(path):
-    """{tag: {step: value}} of a TensorBoard event file (TFRecord of Event protos)."""
-    from tensorboardX.proto.event_pb2 import Event
-
-    out, data, pos = {}, Path(path).read_bytes(), 0
-    while pos < len(data):
-        (length,) = struct.unpack("<Q", data[pos:pos + 8])
-        event = Event.FromString(data[pos + 12:pos + 12 + length])
-        pos += 12 + length + 4  # length, its crc, the record, its crc
-        for value in event.summary.value:
-            out.setdefault(value.tag, {})[event.step] = value.simple_value
-    return out
 
 
 def test_tensorboard_logger_writes_the_log_report_from_rank_0(mpi_comm):
