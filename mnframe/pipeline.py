@@ -25,7 +25,6 @@ from mnframe.builder.model import build_models, rank_plan, user_models
 from mnframe.builder.optimizer import build_optimizer, schedule_extension
 from mnframe.builder.updater import build_updater
 from mnframe.config.schema import RunConfig
-from mnframe.config.validate import extensions_of
 from mnframe.runtime import threads
 
 log = logging.getLogger("mnframe.pipeline")
@@ -74,7 +73,7 @@ def build_trainer(cfg: RunConfig, run_dir: str, config: Optional[Dict[str, Any]]
     ctx = ExtensionContext(model=main_model, optimizer=optimizers.get("main"),
                            test_iter=data.test_iter, device=device, data_comm=comms.data,
                            rank=comms.world.rank)
-    add_extensions(trainer, extensions_of(cfg), ctx)
+    add_extensions(trainer, cfg.extensions, ctx)
     schedule = schedule_extension(cfg.optimizer, next(iter(optimizers.values())))
     if schedule is not None:
         extension, trigger = schedule

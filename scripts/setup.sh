@@ -31,10 +31,10 @@ fi
 if [ "${MNFRAME_SYSTEM_MPI:-0}" = "1" ]; then
   # Build mpi4py from source against the system MPI (mpicc on PATH).
   pip install -c "$CONSTRAINTS" --no-binary=mpi4py "mpi4py>=4"
-  extras="recipes,test"
+  extras="recipes,test,tensorboard"
 else
   pip install -c "$CONSTRAINTS" "mpi4py>=4"
-  extras="mpich,recipes,test"
+  extras="mpich,recipes,test,tensorboard"
 fi
 pip install -c "$CONSTRAINTS" --no-build-isolation -e ".[$extras]"
 echo "mnframe is set up in $VENV ($("$VENV/bin/python" -c 'import mnframe, chainer, numpy, mpi4py; print("chainer", chainer.__version__, "numpy", numpy.__version__, "mpi4py", mpi4py.__version__)'))"

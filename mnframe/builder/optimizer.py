@@ -2,14 +2,14 @@
 
 ``OPTIMIZERS`` maps ``optimizer.name`` to the Chainer class (``_target_``
 overrides it); ``HOOKS`` maps config fields to optimizer hooks;
-``SCHEDULES`` maps ``lr_schedule.kind`` to a trainer-extension factory.
+the ``lr_schedule`` builds its own extension (``mnframe.config.schedules``).
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Dict
 
 from mnframe.builder.instantiate import import_target
-from mnframe.config.schema import ExponentialShift, LinearShift, OptimizerConfig, StepShift
+from mnframe.config.schema import OptimizerConfig
 
 OPTIMIZERS: Dict[str, str] = {
     "sgd": "chainer.optimizers.SGD",
@@ -40,7 +40,8 @@ def _gradient_clipping(threshold: float):
 
 
 # Names users type for an optimizer whose constructor calls it otherwise
-# (``optimizer.lr=0.01`` with Adam sets ``alpha``); a null alias is ignored.
+# (``optimizer.lr=0.01`` with Adam sets ``alpha``). Null means "not set" for
+# both names (the constructor's default); the validator refuses both set.
 HPARAM_ALIASES: Dict[str, Dict[str, str]] = {
     "adam": {"lr": "alpha"},
     "chainer_adam": {"lr": "alpha"},
@@ -55,6 +56,8 @@ def optimizer_kwargs(cfg: OptimizerConfig) -> Dict[str, Any]:
         value = kwargs.pop(alias, None)
         if value is not None:
             kwargs[real] = value
+        elif kwargs.get(real, 0) is None:
+            del kwargs[real]
     return kwargs
 
 
@@ -62,34 +65,6 @@ def optimizer_kwargs(cfg: OptimizerConfig) -> Dict[str, Any]:
 HOOKS: Dict[str, Callable[[float], Any]] = {
     "weight_decay": _weight_decay,
     "gradient_clipping": _gradient_clipping,
-}
-
-
-def _exponential(s: ExponentialShift, optimizer):
-    from chainer.training import extensions
-
-    return extensions.ExponentialShift(s.attr, s.rate, init=s.init, target=s.target,
-                                       optimizer=optimizer), (s.interval, s.unit)
-
-
-def _linear(s: LinearShift, optimizer):
-    from chainer.training import extensions
-
-    return extensions.LinearShift(s.attr, tuple(s.value_range), tuple(s.time_range),
-                                  optimizer=optimizer), (s.interval, s.unit)
-
-
-def _step(s: StepShift, optimizer):
-    from chainer.training import extensions, triggers
-
-    ext = extensions.ExponentialShift(s.attr, s.rate, optimizer=optimizer)
-    return ext, triggers.ManualScheduleTrigger(list(s.steps), s.unit)
-
-
-SCHEDULES: Dict[str, Callable] = {
-    "exponential_shift": _exponential,
-    "linear_shift": _linear,
-    "step": _step,
 }
 
 
@@ -112,4 +87,4 @@ def schedule_extension(cfg: OptimizerConfig, optimizer):
     """(extension, trigger) of the lr schedule, or None."""
     if cfg.lr_schedule is None:
         return None
-    return SCHEDULES[cfg.lr_schedule.kind](cfg.lr_schedule, optimizer)
+    return cfg.lr_schedule.build(optimizer)

@@ -1,17 +1,44 @@
-"""Step 5a: the updater (StandardUpdater, or ``updater._target_``)."""
+"""Step 5a: the updater (StandardUpdater, or ``updater._target_``).
+
+``PROVIDED`` is the one table of the arguments the builder passes to the
+updater itself; the validator accepts an updater that needs any of them
+without asking the config for it.
+"""
 from __future__ import annotations
 
-from typing import Any, Dict
+import inspect
+from typing import Any, Callable, Dict
 
-from mnframe.builder.instantiate import call_target
+from mnframe.builder.instantiate import call_target, import_target
 from mnframe.config.schema import UpdaterConfig
 
 
+def _optimizer(train_iter, optimizers, device):
+    """One optimizer is passed as is; several as ``{name: optimizer}``."""
+    return optimizers["main"] if list(optimizers) == ["main"] else dict(optimizers)
+
+
+# argument name -> its value from (train_iter, {name: optimizer}, device); an
+# updater gets those its signature accepts. ``models`` goes to an updater that
+# names it, and with several models to one that takes **kwargs too (as a GAN
+# updater expects); a single model's **kwargs updater is not handed it.
+PROVIDED: Dict[str, Callable[[Any, Dict[str, Any], Any], Any]] = {
+    "iterator": lambda train_iter, optimizers, device: train_iter,
+    "optimizer": _optimizer,
+    "device": lambda train_iter, optimizers, device: device,
+    "models": lambda train_iter, optimizers, device: tuple(opt.target for opt in optimizers.values()),
+}
+
+
 def build_updater(cfg: UpdaterConfig, train_iter, optimizers: Dict[str, Any], device):
-    """One optimizer is passed as is; several as ``{name: optimizer}`` plus ``models``."""
-    if list(optimizers) == ["main"]:
-        return call_target(cfg.target, cfg.kwargs, iterator=train_iter,
-                           optimizer=optimizers["main"], device=device)
-    models = tuple(opt.target for opt in optimizers.values())
-    return call_target(cfg.target, cfg.kwargs, iterator=train_iter, optimizer=dict(optimizers),
-                       device=device, models=models)
+    provided = {name: value(train_iter, optimizers, device) for name, value in PROVIDED.items()}
+    if len(optimizers) == 1 and "models" not in _parameters(cfg.target):
+        del provided["models"]
+    return call_target(cfg.target, cfg.kwargs, **provided)
+
+
+def _parameters(dotted: str):
+    try:
+        return inspect.signature(import_target(dotted)).parameters
+    except (TypeError, ValueError):
+        return {}

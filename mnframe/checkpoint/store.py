@@ -231,7 +231,7 @@ class CheckpointStore:
             return name, manifest
         detail = ("\n  " + "\n  ".join(skipped)) if skipped else ""
         if resume == "must":
-            raise ConfigError(f"checkpoint.resume=must but there is no complete checkpoint in "
+            raise ConfigError(f"resume=must but there is no complete checkpoint in "
                               f"{self.root}{detail}\nStart with resume=auto or never, or point "
                               f"the run directory at the run you want to continue.")
         if skipped and self.comm.rank == 0:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from mnframe.config.errors import ConfigError, ConfigIssue, format_issues, suggest
+from mnframe.config.errors import ConfigError, ConfigIssue, ConfigIssues, suggest, unknown_key_issue
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
@@ -104,21 +104,31 @@ def find_recipes(config_dirs: Sequence[Path] = ()) -> Dict[str, Path]:
     return found
 
 
+# recipe name -> why its file could not be read (reported only when it is chosen)
+UNREADABLE_RECIPES: Dict[str, str] = {}
+
+
 def register_recipes(config_dirs: Sequence[Path] = ()) -> Dict[str, Path]:
-    """Put every recipe file into Hydra's ``recipe`` group (package ``_global_``)."""
+    """Put every recipe file into Hydra's ``recipe`` group (package ``_global_``).
+
+    A file that does not parse is left out and remembered in
+    ``UNREADABLE_RECIPES``: it fails only the job that asks for that recipe
+    (naming the file), never the other recipes."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
     store = ConfigStore.instance()
     recipes = find_recipes(config_dirs)
     native = {p.stem for d in config_dirs for p in (d / "recipe").glob("*.yaml")}
+    UNREADABLE_RECIPES.clear()
     for name, path in recipes.items():
         if name in native:  # Hydra finds D/recipe/NAME.yaml itself
             continue
         try:
             node = OmegaConf.load(path)
         except Exception as exc:  # a YAML syntax error names the file
-            raise ConfigError(f"cannot read recipe {name!r} from {path}: {exc}") from None
+            UNREADABLE_RECIPES[name] = f"cannot read {path}: {' '.join(str(exc).split())}"
+            continue
         store.store(group="recipe", name=name, node=node, package="_global_")
     return recipes
 
@@ -205,40 +215,114 @@ def register_groups(config_dirs: Sequence[Path] = ()) -> None:
     register_recipes(config_dirs)
 
 
+def _recipe_elsewhere_hint(name: str) -> str:
+    """Where a recipe that was not found may be: a file of that name under the
+    working directory, to be passed with ``--config-dir``."""
+    cwd = Path.cwd()
+    patterns = [f"{name}.yaml", f"*/{name}.yaml", f"*/{name}/{RECIPE_FILE}", f"*/recipe/{name}.yaml",
+                f"*/*/{name}.yaml"]
+    for pattern in patterns:
+        for path in sorted(cwd.glob(pattern)):
+            folder = path.parent.parent if path.name == RECIPE_FILE or path.parent.name == "recipe" else path.parent
+            rel = os.path.relpath(folder, cwd)
+            return (f"{path.relative_to(cwd)} looks like it; pass its directory: "
+                    f"python -m mnframe --config-dir {rel} recipe={name}")
+    return f"your own recipes: python -m mnframe --config-dir DIR recipe={name} (DIR/{name}.yaml)"
+
+
 # -- Hydra errors as config errors --------------------------------------------
 
 _OVERRIDE_KEY = re.compile(r"Could not override '([^']+)'")
 _MISSING_OPTION = re.compile(r"Could not find '([^/']+)/([^']+)'")
 
 
-def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] = ()) -> ConfigError:
-    """A Hydra/OmegaConf composition failure as a ConfigError with a suggestion."""
-    from mnframe.config.schema import RunConfig
-    from mnframe.config.validate import allowed_keys
+def _override_key(override: str) -> str:
+    """``+a.b=1`` -> ``a.b``; ``optimizer=adam`` -> ``optimizer``."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def overrides_from_argv(argv: Sequence[str]) -> List[str]:
+    """The ``key=value`` (and ``~key``) overrides of a Hydra command line."""
+    return [a for a in argv if not a.startswith("-") and ("=" in a or a.startswith("~"))]
+
+
+def _issues_of_the_rest(overrides: Sequence[str], config_dirs: Sequence[Path]) -> List[ConfigIssue]:
+    """What else is wrong once the overrides Hydra refused are left out: the rest is
+    composed (collecting Hydra's next refusal the same way) and validated, leaving
+    out the checks that need the world size, so one message lists every problem."""
+    from mnframe.communicators.registry import cuda_problem
+    from mnframe.config.validate import validate
+
+    try:
+        validate(compose(overrides, config_dirs), world_size=None, has_cuda=cuda_problem() is None)
+    except ConfigIssues as more:
+        return more.issues
+    except ConfigError:
+        pass
+    return []
+
+
+def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] = (),
+                                overrides: Optional[Sequence[str]] = None) -> ConfigError:
+    """A Hydra/OmegaConf composition failure as a ConfigError with a suggestion;
+    with the command line's ``overrides``, the problems of the rest are added."""
+    import yaml
 
     text = str(exc).strip()
     cause = exc.__cause__ or exc.__context__
     if cause is not None and str(cause) not in text:
         text += f"\n{cause}"
     issues: List[ConfigIssue] = []
+    refused = set()  # keys of the overrides Hydra refused
     m = _OVERRIDE_KEY.search(text)
     if m and "not in struct" in text:
-        parts = m.group(1).split(".")
-        allowed = sorted(allowed_keys(RunConfig, tuple(parts[:-1])) - {"_target_"})
-        hint = f"(to add a new argument, write +{m.group(1)}=...)"
-        issues.append(ConfigIssue(m.group(1), f"unknown key {hint}",
-                                  allowed=", ".join(allowed) or None,
-                                  suggestion=suggest(parts[-1], allowed)))
+        issues.append(_unknown_override_key(m.group(1), cause))
+        refused.add(m.group(1))
     m = _MISSING_OPTION.search(text)
     if m:
         group, option = m.group(1), m.group(2)
+        refused.add(group)
+        if group == "recipe" and option in UNREADABLE_RECIPES:
+            return ConfigError(f"recipe {option!r}: {UNREADABLE_RECIPES[option]}\n"
+                               "Fix the YAML of that file (the other recipes are not affected).")
         options = list_group_options(group, config_dirs)
-        issues.append(ConfigIssue(group, f"unknown {group} option", value=option,
-                                  allowed=", ".join(options) or None,
-                                  suggestion=suggest(option, options)))
+        hint = suggest(option, options)
+        message = f"unknown {group} option"
+        if group == "recipe" and hint is None:
+            message += f" ({_recipe_elsewhere_hint(option)})"
+        issues.append(ConfigIssue(group, message, value=option,
+                                  allowed=", ".join(options) or None, suggestion=hint))
     if issues:
-        return ConfigError(format_issues(issues))
+        rest = [o for o in overrides or () if _override_key(o) not in refused]
+        if overrides is not None and len(rest) < len(overrides):
+            issues += [i for i in _issues_of_the_rest(rest, config_dirs) if i not in issues]
+        return ConfigIssues(issues)
+    if isinstance(exc, yaml.YAMLError):
+        return ConfigError("cannot read a config file (a YAML syntax error):\n  " + text.replace("\n", "\n  "))
     return ConfigError("invalid configuration (from Hydra):\n  " + text.replace("\n", "\n  "))
+
+
+def _unknown_override_key(override_key: str, cause: Any) -> ConfigIssue:
+    """``a.b.c=v`` where some part of ``a.b.c`` does not exist: name the first unknown
+    part, the keys its parent has (the composed node's and the schema's) and, only
+    when nothing is close and the section takes new keys, how to add one with ``+``."""
+    from mnframe.config.schema import RunConfig
+    from mnframe.config.validate import accepts_new_keys, allowed_keys
+
+    full_key = getattr(cause, "full_key", None) or override_key
+    parts = str(full_key).split(".")
+    parent = getattr(cause, "parent_node", None)
+    present = set()
+    with contextlib.suppress(Exception):
+        present = {str(k) for k in parent.keys()}
+    # the entry's kind (or its key: an extension's default kind) narrows a discriminated union
+    kind = str(parent.get("kind")) if "kind" in present else (parts[-2] if len(parts) > 1 else None)
+    allowed = sorted((present | allowed_keys(RunConfig, tuple(parts[:-1]), kind)) - {"_target_"})
+    hint = suggest(parts[-1], allowed)
+    extra = None
+    if hint is None and accepts_new_keys(RunConfig, tuple(parts[:-1])):
+        extra = f"(to add it, write +{full_key}=...)"
+    return unknown_key_issue(str(full_key), parts[-1], allowed, extra_hint=extra)
 
 
 def list_group_options(group: str, config_dirs: Sequence[Path] = ()) -> List[str]:
@@ -253,14 +337,21 @@ def list_group_options(group: str, config_dirs: Sequence[Path] = ()) -> List[str
 
 
 @contextlib.contextmanager
-def hydra_errors_as_config_errors(config_dirs: Sequence[Path] = ()) -> Iterator[None]:
+def hydra_errors_as_config_errors(config_dirs: Sequence[Path] = (),
+                                  overrides: Optional[Sequence[str]] = None) -> Iterator[None]:
+    try:
+        yield
+    except _composition_errors() as exc:
+        raise hydra_error_to_config_error(exc, config_dirs, overrides) from None
+
+
+def _composition_errors():
+    """What composing can raise for a user's mistake (a broken YAML file included)."""
+    import yaml
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    try:
-        yield
-    except (HydraException, OmegaConfBaseException) as exc:
-        raise hydra_error_to_config_error(exc, config_dirs) from None
+    return HydraException, OmegaConfBaseException, yaml.YAMLError
 
 
 def resolve(cfg: Any) -> Dict[str, Any]:
@@ -281,11 +372,12 @@ def compose(overrides: Sequence[str] = (), config_dirs: Sequence[Path] = ()) -> 
 
     config_dirs = [Path(d).resolve() for d in config_dirs]
     register_groups(config_dirs)
-    overrides = list(overrides)
+    users = list(overrides)
+    overrides = list(users)
     if config_dirs:
         overrides.append("hydra.searchpath=[" + ",".join(f"file://{d}" for d in config_dirs) + "]")
     GlobalHydra.instance().clear()
-    with hydra_errors_as_config_errors(config_dirs):
+    with hydra_errors_as_config_errors(config_dirs, users):
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             return resolve(hydra_compose(config_name="config", overrides=overrides))
 
@@ -334,11 +426,10 @@ def run_hydra(argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str
     try:
         main()
     except Exception as exc:
-        from hydra.errors import HydraException
-        from omegaconf.errors import OmegaConfBaseException
-
-        if isinstance(exc, (HydraException, OmegaConfBaseException)) and not in_task:
-            raise hydra_error_to_config_error(exc, config_dirs) from None
+        if isinstance(exc, _composition_errors()) and not in_task:
+            sweep = any(a in ("-m", "--multirun") for a in argv)  # a sweep's overrides list values
+            overrides = None if sweep else overrides_from_argv(argv)
+            raise hydra_error_to_config_error(exc, config_dirs, overrides) from None
         if isinstance(exc, OSError) and not any(exc is e for e in task_errors):
             raise run_dir_error(exc) from None  # Hydra could not create the run directory
         raise

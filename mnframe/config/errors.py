@@ -16,6 +16,15 @@ from mnframe.runtime.errors import ConfigError
 _MISSING = object()
 
 
+class ConfigIssues(ConfigError):
+    """A ConfigError that keeps its issues, so problems found by different stages
+    (composition, validation) can be reported together in one message."""
+
+    def __init__(self, issues: Sequence["ConfigIssue"], header: str = "invalid configuration"):
+        super().__init__(format_issues(issues, header))
+        self.issues = list(issues)
+
+
 @dataclass(frozen=True)
 class ConfigIssue:
     path: str                       # dotted config path, e.g. "dataset.batch_size"
@@ -41,6 +50,25 @@ def suggest(word: str, choices: Iterable[str]) -> Optional[str]:
     return matches[0] if matches else None
 
 
+def unknown_key_issue(path: str, key: str, allowed: Sequence[str], kinds: Sequence[str] = (),
+                      kind: Optional[str] = None, extra_hint: Optional[str] = None) -> ConfigIssue:
+    """``path``: unknown key, what is allowed, and a suggestion that is not the key itself.
+
+    ``kinds``: the other kinds of this section that have ``key`` (e.g. a data-parallel
+    key left over after ``topology.kind=model_parallel``)."""
+    message = "unknown key"
+    if kinds:
+        group = path.split(".")[0]
+        message = (f"{key!r} is a key of kind {' / '.join(kinds)}, not of kind {kind!r} (left over from "
+                   f"another {group} option?); build the section from nothing in your recipe "
+                   f"(`- override /{group}: null` in its defaults) or from an option of kind {kind!r}")
+    elif extra_hint:
+        message += f" {extra_hint}"
+    hint = suggest(key, allowed)
+    return ConfigIssue(path, message, allowed=", ".join(sorted(allowed)) or None,
+                       suggestion=hint if hint != key else None)
+
+
 def join_path(*parts: Any) -> str:
     out = ""
     for p in parts:
@@ -61,7 +89,8 @@ def format_issues(issues: Sequence[ConfigIssue], header: str = "invalid configur
 def raise_issues(issues: List[ConfigIssue], header: str = "invalid configuration") -> None:
     """Raise one ConfigError listing every issue (no-op when there is none)."""
     if issues:
-        raise ConfigError(format_issues(issues, header))
+        raise ConfigIssues(issues, header)
 
 
-__all__ = ["ConfigError", "ConfigIssue", "suggest", "join_path", "format_issues", "raise_issues"]
+__all__ = ["ConfigError", "ConfigIssues", "ConfigIssue", "suggest", "unknown_key_issue", "join_path", "format_issues",
+           "raise_issues"]

@@ -11,13 +11,13 @@ Layout (``conf/<group>/<choice>.yaml`` fills each section)::
 
     name, seed, resume          top level (the recipe sets ``name``)
     communicator                CommunicatorConfig
-    optimizer                   OptimizerConfig (+ hooks, lr_schedule)
+    optimizer                   OptimizerConfig (+ hooks, lr_schedule: ``schedules.LrSchedule``)
     dataset                     DatasetConfig (source, strategy, batch size, loader)
     model                       Component, or {name: Component} for several models
     topology                    DataParallelTopology | ModelParallelTopology
     updater                     UpdaterConfig
     trainer                     TrainerConfig
-    extensions                  {name: one of EXTENSION_KINDS}
+    extensions                  {name: ``extensions.Extension``} (kind = ``kind`` or the key)
     checkpoint                  CheckpointConfig
 """
 from __future__ import annotations
@@ -27,6 +27,8 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from mnframe.checkpoint.config import CheckpointConfig
+from mnframe.config.extensions import Extensions
+from mnframe.config.schedules import LrSchedule
 
 PositiveInt = Annotated[int, Field(gt=0)]
 Unit = Literal["epoch", "iteration"]
@@ -68,42 +70,6 @@ class CommunicatorConfig(Strict):
 
 
 # -- optimizer ---------------------------------------------------------------
-
-class ExponentialShift(Strict):
-    """chainer.training.extensions.ExponentialShift: attr *= rate every interval."""
-
-    kind: Literal["exponential_shift"] = "exponential_shift"
-    attr: str = "lr"
-    rate: float = Field(0.5, gt=0)
-    init: Optional[float] = None
-    target: Optional[float] = None
-    interval: PositiveInt = 1
-    unit: Unit = "epoch"
-
-
-class LinearShift(Strict):
-    """chainer.training.extensions.LinearShift: attr moves linearly between two values."""
-
-    kind: Literal["linear_shift"] = "linear_shift"
-    attr: str = "lr"
-    value_range: Tuple[float, float]
-    time_range: Tuple[int, int]
-    interval: PositiveInt = 1
-    unit: Unit = "iteration"
-
-
-class StepShift(Strict):
-    """Multiply attr by ``rate`` at each of ``steps`` (in ``unit``s); a MultistepShift."""
-
-    kind: Literal["step"] = "step"
-    attr: str = "lr"
-    rate: float = Field(0.1, gt=0)
-    steps: List[PositiveInt]
-    unit: Unit = "epoch"
-
-
-LrSchedule = Annotated[Union[ExponentialShift, LinearShift, StepShift], Field(discriminator="kind")]
-
 
 class OptimizerConfig(BaseModel):
     """A Chainer optimizer, its hyper-parameters and the multi-node wrapping.
@@ -237,81 +203,11 @@ class TrainerConfig(Strict):
     (``mnframe.runtime.threads``).
     """
 
-    stop: Tuple[PositiveInt, Unit] = (20, "epoch")
+    stop: Tuple[PositiveInt, Unit] = Field(
+        (20, "epoch"), json_schema_extra={"form": "[N, epoch] or [N, iteration], e.g. trainer.stop=[5,epoch]"})
     device: Literal["auto", "cpu", "gpu"] = "cpu"
     out: Optional[str] = None
     threads: Union[Literal["auto", "keep"], PositiveInt] = "auto"
-
-
-# -- extensions --------------------------------------------------------------
-
-class ExtensionBase(Strict):
-    """Fields every extension has; ``kind`` defaults to the mapping key."""
-
-    kind: Optional[str] = None
-    enabled: bool = True
-    rank0_only: bool = True
-    interval: PositiveInt = 1
-    unit: Unit = "epoch"
-
-
-class EvaluatorExt(ExtensionBase):
-    """Multi-node evaluator on the test split (runs on every rank); reports
-    ``<report_prefix>/main/loss`` etc."""
-
-    rank0_only: bool = False
-    report_prefix: str = "validation"
-
-
-class LogReportExt(ExtensionBase):
-    """chainer LogReport writing the JSON log ``file_name`` into the run directory."""
-
-    file_name: str = "log"
-
-
-class PrintReportExt(ExtensionBase):
-    """The report table (reads the LogReport entry named ``log_report``)."""
-
-    log_report: str = "log_report"
-
-    entries: List[str] = Field(default_factory=lambda: [
-        "epoch", "iteration", "main/loss", "validation/main/loss",
-        "main/accuracy", "validation/main/accuracy", "elapsed_time"])
-
-
-class ProgressBarExt(ExtensionBase):
-    update_interval: PositiveInt = 10
-
-
-class PlotExt(ExtensionBase):
-    """chainer PlotReport: a PNG of ``y_keys`` (needs matplotlib)."""
-
-    y_keys: List[str] = Field(min_length=1)
-    x_key: Unit = "epoch"
-    file_name: str
-
-
-class ObserveLrExt(ExtensionBase):
-    attr: str = "lr"
-
-
-class CustomExt(ExtensionBase):
-    """Any extension by ``_target_`` (called with ``kwargs``)."""
-
-    target: str = Field(alias="_target_")
-    kwargs: Dict[str, Any] = Field(default_factory=dict)
-
-
-# kind -> model; the builder table (mnframe.builder.extensions) has the same keys.
-EXTENSION_KINDS: Dict[str, type] = {
-    "evaluator": EvaluatorExt,
-    "log_report": LogReportExt,
-    "print_report": PrintReportExt,
-    "progress_bar": ProgressBarExt,
-    "plot": PlotExt,
-    "observe_lr": ObserveLrExt,
-    "custom": CustomExt,
-}
 
 
 # -- checkpoint --------------------------------------------------------------
@@ -346,13 +242,6 @@ class RunConfig(Strict):
     topology: Topology
     updater: UpdaterConfig = Field(default_factory=UpdaterConfig)
     trainer: TrainerConfig
-    # validated per entry by mnframe.config.validate (kind chosen by key or ``kind``)
-    extensions: Dict[str, Dict[str, Any]] = Field(default_factory=dict)
+    # name -> typed entry; the kind is ``kind`` or the key (mnframe.config.extensions)
+    extensions: Extensions = Field(default_factory=dict)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-
-
-def extension_model(name: str, section: Dict[str, Any]) -> Optional[type]:
-    """The model class for extension ``name`` (``kind`` or the key; ``_target_`` = custom)."""
-    if "_target_" in section:
-        return CustomExt
-    return EXTENSION_KINDS.get(section.get("kind") or name)

@@ -5,12 +5,15 @@ Three passes, all local (no communication), so every rank reaches the same
 verdict from the same broadcast config:
 
 1. shapes and ranges: each section against its pydantic model (``schema``);
-2. names: communicator, optimizer, data strategy, extension kinds, and every
-   ``_target_`` is importable and accepts the keyword arguments given;
+2. names: communicator, optimizer, data strategy, what each extension kind
+   checks itself (``ExtensionBase.issues``), and every ``_target_`` is
+   importable and accepts the keyword arguments given;
 3. the world: batch sizes divide over the data-parallel ranks, the GPU-only
    choices have a GPU, and a model-parallel rank graph fits and cannot
    deadlock (``topology.check_graph``).
 
+A section with a bad key still gets passes 2 and 3 for the rest of its keys,
+so problems found by different passes are reported together.
 ``validate(raw, world_size, has_cuda)`` returns the model or raises one
 ``ConfigError`` listing everything wrong.
 """
@@ -20,14 +23,12 @@ import inspect
 import typing
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, Tag, TypeAdapter, ValidationError
 
 from mnframe.config import schema
-from mnframe.config.errors import ConfigIssue, join_path, raise_issues, suggest
+from mnframe.config.errors import ConfigIssue, join_path, raise_issues, suggest, unknown_key_issue
+from mnframe.config.extensions import ExtensionBase
 from mnframe.config.topology import check_graph
-
-# Arguments the builders pass themselves (never expected in the config).
-_UPDATER_PROVIDED = {"iterator", "optimizer", "device", "models", "converter"}
 
 
 # -- pass 1: pydantic ----------------------------------------------------------
@@ -42,25 +43,47 @@ def _model_fields(tp: Any) -> Dict[str, Any]:
     return {}
 
 
-def _candidates(tp: Any) -> List[Any]:
-    """Unwrap Optional/Union/Annotated into concrete candidate types."""
+def _field_info(tp: Any, key: Any):
+    """The FieldInfo of ``key`` (name or alias) in pydantic model type ``tp``, or None."""
+    if inspect.isclass(tp) and issubclass(tp, BaseModel):
+        for name, f in tp.model_fields.items():
+            if key in (name, f.alias):
+                return f
+    return None
+
+
+def _candidates(tp: Any, tag: Optional[str] = None) -> List[Tuple[Any, Optional[str]]]:
+    """Unwrap Optional/Union/Annotated into (concrete type, union tag) candidates.
+
+    The tag is what pydantic puts into an error's location for a member of a
+    discriminated union: its ``Tag(...)`` or its ``kind`` literal."""
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:
-        return _candidates(typing.get_args(tp)[0])
+        args = typing.get_args(tp)
+        tags = [m.tag for m in args[1:] if isinstance(m, Tag)]
+        return _candidates(args[0], tags[0] if tags else tag)
     if origin is typing.Union:
         out = []
         for a in typing.get_args(tp):
             out += _candidates(a)
         return out
-    return [tp]
+    if tag is None:
+        kind = _field_info(tp, "kind")
+        if kind is not None and typing.get_origin(kind.annotation) is typing.Literal:
+            tag = kind.default
+    return [(tp, tag)]
 
 
-def allowed_keys(root_type: Any, loc: Tuple[Any, ...]) -> Set[str]:
-    """Keys the schema accepts at ``loc`` (used to suggest a fix for unknown keys)."""
+def _walk(root_type: Any, loc: Tuple[Any, ...]) -> List[Tuple[Any, Optional[str]]]:
+    """The candidate types at ``loc`` (a pydantic error location, union tags included)."""
     current = _candidates(root_type)
     for part in loc:
+        tagged = [(tp, tag) for tp, tag in current if tag is not None and tag == part]
+        if tagged:  # a discriminated union's tag: narrow to that member
+            current = tagged
+            continue
         nxt = []
-        for tp in current:
+        for tp, _ in current:
             fields = _model_fields(tp)
             if part in fields:
                 nxt += _candidates(fields[part])
@@ -68,10 +91,39 @@ def allowed_keys(root_type: Any, loc: Tuple[Any, ...]) -> Set[str]:
                 nxt += _candidates(typing.get_args(tp)[-1])
         if nxt:
             current = nxt
+    return current
+
+
+def allowed_keys(root_type: Any, loc: Tuple[Any, ...], kind: Optional[str] = None) -> Set[str]:
+    """Keys the schema accepts at ``loc`` (used to suggest a fix for unknown keys);
+    ``kind`` narrows a discriminated union to that member when it is one."""
+    candidates = _walk(root_type, loc)
+    candidates = [c for c in candidates if kind is not None and c[1] == kind] or candidates
     keys: Set[str] = set()
-    for tp in current:
+    for tp, _ in candidates:
         keys |= {k for k in _model_fields(tp) if not k.startswith("model_")}
     return keys
+
+
+def _expected_form(root_type: Any, loc: Tuple[Any, ...]) -> Optional[str]:
+    """The ``form`` a schema field documents (``json_schema_extra``) at or above ``loc``."""
+    for end in range(len(loc), 0, -1):
+        for tp, _ in _walk(root_type, loc[:end - 1]):
+            info = _field_info(tp, loc[end - 1])
+            extra = info.json_schema_extra if info is not None else None
+            if isinstance(extra, dict) and extra.get("form"):
+                return extra["form"]
+    return None
+
+
+def _sibling_kinds(root_type: Any, parent_loc: Tuple[Any, ...], key: str) -> List[str]:
+    """Other members of the discriminated union at ``parent_loc`` that do have ``key``."""
+    if not parent_loc:
+        return []
+    chosen = parent_loc[-1]
+    members = _walk(root_type, parent_loc[:-1])
+    return sorted(tag for tp, tag in members
+                  if tag is not None and tag != chosen and key in _model_fields(tp))
 
 
 def _data_path(data: Any, loc: Tuple[Any, ...]) -> Tuple[List[Any], Any]:
@@ -91,26 +143,56 @@ def _data_path(data: Any, loc: Tuple[Any, ...]) -> Tuple[List[Any], Any]:
     return path, node
 
 
+def _tags(text: str) -> List[str]:
+    """``"'a', 'b'"`` (pydantic's expected_tags) -> ['a', 'b']."""
+    return [t.strip().strip("'\"") for t in str(text).split(",") if t.strip()]
+
+
+def accepts_new_keys(root_type: Any, loc: Tuple[Any, ...]) -> bool:
+    """Whether the node at ``loc`` takes keys the schema does not name (constructor
+    arguments of a ``_target_``, hyper-parameters, entries of a mapping)."""
+    for tp, _ in _walk(root_type, loc):
+        if typing.get_origin(tp) is dict:
+            return True
+        if inspect.isclass(tp) and issubclass(tp, BaseModel) and tp.model_config.get("extra") == "allow":
+            return True
+    return False
+
+
 def issues_from_validation(err: ValidationError, data: Any, prefix: str,
                            root_type: Any) -> List[ConfigIssue]:
     """One ConfigIssue per pydantic error, with the config path and a suggestion."""
     issues = []
     for e in err.errors():
         loc = tuple(e["loc"])
-        path, _ = _data_path(data, loc)
+        path, node = _data_path(data, loc)
         if e["type"] == "extra_forbidden":
             key = loc[-1]
             parent_path, _ = _data_path(data, loc[:-1])
             allowed = sorted(allowed_keys(root_type, tuple(loc[:-1])))
-            issues.append(ConfigIssue(
-                join_path(prefix, *parent_path, key), "unknown key",
-                allowed=", ".join(allowed) or None, suggestion=suggest(key, allowed)))
+            kinds = _sibling_kinds(root_type, tuple(loc[:-1]), key)
+            issues.append(unknown_key_issue(join_path(prefix, *parent_path, key), key, allowed,
+                                            kinds, kind=loc[-2] if len(loc) > 1 else None))
             continue
         if e["type"] == "missing":
             path = list(path) + ([loc[-1]] if not path or path[-1] != loc[-1] else [])
-            issues.append(ConfigIssue(join_path(prefix, *path), "required key is missing"))
+            issues.append(ConfigIssue(join_path(prefix, *path), "required key is missing",
+                                      allowed=_expected_form(root_type, loc)))
             continue
-        issues.append(ConfigIssue(join_path(prefix, *path), e["msg"], value=e.get("input")))
+        if e["type"] == "union_tag_invalid":  # an unknown ``kind`` of a discriminated union
+            tags = _tags(e.get("ctx", {}).get("expected_tags", ""))
+            shown = [t for t in tags if t != "custom"]
+            allowed = ", ".join(shown) + (", or set _target_" if "custom" in tags else "")
+            given = isinstance(node, dict) and "kind" in node
+            tag = e.get("ctx", {}).get("tag")
+            full = join_path(prefix, *path)
+            what = "extension" if full.startswith("extensions.") else full.rsplit(".", 1)[-1]
+            issues.append(ConfigIssue(join_path(prefix, *path, "kind" if given else None),
+                                      f"unknown {what} kind", value=tag, allowed=allowed,
+                                      suggestion=suggest(tag, shown)))
+            continue
+        issues.append(ConfigIssue(join_path(prefix, *path), e["msg"], value=e.get("input"),
+                                  allowed=_expected_form(root_type, loc)))
     return issues
 
 
@@ -178,7 +260,7 @@ def _communicator_issues(cfg: schema.CommunicatorConfig, has_cuda: bool,
 
 def _optimizer_issues(cfg: schema.OptimizerConfig, comm_name: Optional[str],
                       has_cuda: bool) -> List[ConfigIssue]:
-    from mnframe.builder.optimizer import OPTIMIZERS, optimizer_kwargs
+    from mnframe.builder.optimizer import HPARAM_ALIASES, OPTIMIZERS, optimizer_kwargs
 
     issues = []
     if cfg.target:
@@ -189,17 +271,30 @@ def _optimizer_issues(cfg: schema.OptimizerConfig, comm_name: Optional[str],
         return [ConfigIssue("optimizer.name", "unknown optimizer", value=cfg.name,
                             allowed=", ".join(sorted(OPTIMIZERS)) + " (or set optimizer._target_)",
                             suggestion=suggest(cfg.name or "", OPTIMIZERS))]
-    issues += check_target("optimizer", dotted, optimizer_kwargs(cfg))
-    for key, value in optimizer_kwargs(cfg).items():
+    # reported under the key the user wrote (``lr``, not the ``alpha`` it stands for)
+    bad = set()
+    for key, value in cfg.hparams.items():
         if not isinstance(value, (int, float, bool, type(None))) or value == "???":
+            bad.add(key)
             issues.append(ConfigIssue(join_path("optimizer", key),
                                       "hyper-parameters must be numbers or booleans", value=value))
+    aliases = {} if cfg.target else HPARAM_ALIASES.get(cfg.name or "", {})
+    for alias, real in aliases.items():
+        if cfg.hparams.get(alias) is not None and cfg.hparams.get(real) is not None:
+            issues.append(ConfigIssue(
+                join_path("optimizer", alias), f"{alias!r} is another name of {real!r} for "
+                f"{cfg.name}, and both are set", value=cfg.hparams[alias],
+                allowed=f"set one of them: optimizer.{real}=null optimizer.{alias}=..., "
+                        f"or optimizer.{real}=... alone"))
+    unchecked = {aliases.get(key, key) for key in bad}
+    kwargs = {k: v for k, v in optimizer_kwargs(cfg).items() if k not in unchecked}
+    issues += check_target("optimizer", dotted, kwargs)
     # double_buffering works with every communicator (pure_nccl: NCCL on a CUDA stream; the others:
     # non-blocking MPI, CPU or GPU), so it needs no check here
     return issues
 
 
-def _dataset_issues(cfg: schema.DatasetConfig, dp_width: int) -> List[ConfigIssue]:
+def _dataset_issues(cfg: schema.DatasetConfig, dp_width: Optional[int]) -> List[ConfigIssue]:
     from mnframe.builder.data import STRATEGIES
 
     issues = []
@@ -207,7 +302,7 @@ def _dataset_issues(cfg: schema.DatasetConfig, dp_width: int) -> List[ConfigIssu
         issues.append(ConfigIssue("dataset.strategy", "unknown data strategy", value=cfg.strategy,
                                   allowed=", ".join(sorted(STRATEGIES)),
                                   suggestion=suggest(cfg.strategy, STRATEGIES)))
-    if cfg.global_batch_size is not None:
+    if cfg.global_batch_size is not None and dp_width is not None:
         if cfg.global_batch_size % dp_width:
             issues.append(ConfigIssue(
                 "dataset.global_batch_size",
@@ -238,33 +333,13 @@ def _model_issues(models: Any, topology: Any) -> List[ConfigIssue]:
     return issues
 
 
-def _extension_issues(raw: Dict[str, Any]) -> Tuple[Dict[str, schema.ExtensionBase], List[ConfigIssue]]:
-    out, issues = {}, []
-    for name, section in (raw or {}).items():
-        path = f"extensions.{name}"
-        if section is None:
-            continue
-        if not isinstance(section, dict):
-            issues.append(ConfigIssue(path, "must be a mapping", value=section))
-            continue
-        model = schema.extension_model(name, section)
-        if model is None:
-            kind = section.get("kind") or name
-            kinds = sorted(k for k in schema.EXTENSION_KINDS if k != "custom")
-            issues.append(ConfigIssue(join_path(path, "kind" if "kind" in section else None),
-                                      "unknown extension kind", value=kind,
-                                      allowed=", ".join(kinds) + ", or set _target_",
-                                      suggestion=suggest(kind, kinds)))
-            continue
-        try:
-            ext = model.model_validate(section)
-        except ValidationError as err:
-            issues += issues_from_validation(err, section, path, model)
-            continue
-        if isinstance(ext, schema.CustomExt):
-            issues += check_target(path, ext.target, ext.kwargs)
-        out[name] = ext
-    return out, issues
+def _extension_issues(entries: Dict[str, ExtensionBase]) -> List[ConfigIssue]:
+    """What each kind checks itself (a custom ``_target_``, a missing package, ...)."""
+    issues: List[ConfigIssue] = []
+    for name, entry in entries.items():
+        if entry.enabled:
+            issues += entry.issues(f"extensions.{name}", entries)
+    return issues
 
 
 # -- the entry point -------------------------------------------------------------
@@ -282,9 +357,37 @@ def _missing_values(node: Any, path: str = ""):
                           f"or on the command line: {path}=...")
 
 
-def validate(raw: Dict[str, Any], world_size: int, has_cuda: bool = False,
+_INVALID = object()  # a section pass 1 could not type
+
+
+def _section(name: str, field: Any, value: Any) -> Tuple[Any, List[ConfigIssue]]:
+    """Pass 1 on one section: (typed section or ``_INVALID``, its issues).
+
+    A plain section with bad keys is also typed without them (their defaults
+    instead), so passes 2 and 3 still check the rest: ``dataset.batch_size=-1
+    dataset.strategy=scater`` reports both problems at once."""
+    # the FieldInfo keeps constraints (min_length) and union discriminators
+    annotation = typing.Annotated[field.annotation, field]
+    try:
+        return TypeAdapter(annotation).validate_python(value), []
+    except ValidationError as err:
+        issues = issues_from_validation(err, value, name, field.annotation)
+        bad = {e["loc"][0] for e in err.errors() if e["loc"]}
+    model = field.annotation
+    if inspect.isclass(model) and issubclass(model, BaseModel) and isinstance(value, dict):
+        try:
+            return model.model_validate({k: v for k, v in value.items() if k not in bad}), issues
+        except ValidationError:
+            pass
+    return _INVALID, issues
+
+
+def validate(raw: Dict[str, Any], world_size: Optional[int], has_cuda: bool = False,
              check_targets: bool = True) -> schema.RunConfig:
-    """Return the validated ``RunConfig`` or raise one ConfigError listing every problem."""
+    """Return the validated ``RunConfig`` or raise one ConfigError listing every problem.
+
+    ``world_size=None`` leaves out the checks that need it (used to report the
+    rest of a command line whose composition failed)."""
     if not isinstance(raw, dict):
         raise_issues([ConfigIssue("", "the config must be a mapping", value=raw)])
     raw = resolve_auto_communicator(raw, has_cuda)
@@ -304,14 +407,10 @@ def validate(raw: Dict[str, Any], world_size: int, has_cuda: bool = False,
             if field.is_required():
                 issues.append(ConfigIssue(name, "required section is missing"))
             continue
-        # the FieldInfo keeps constraints (min_length) and union discriminators
-        annotation = typing.Annotated[field.annotation, field]
-        try:
-            sections[name] = TypeAdapter(annotation).validate_python(raw[name])
-        except ValidationError as err:
-            issues += issues_from_validation(err, raw[name], name, field.annotation)
-    extensions, ext_issues = _extension_issues(raw.get("extensions") or {})
-    issues += ext_issues
+        section, section_issues = _section(name, field, raw[name])
+        issues += section_issues
+        if section is not _INVALID:
+            sections[name] = section
     for name, field in fields.items():  # defaults of sections left out
         if name not in raw and not field.is_required():
             sections[name] = field.get_default(call_default_factory=True)
@@ -339,7 +438,7 @@ def resolve_auto_communicator(raw: Dict[str, Any], has_cuda: bool) -> Dict[str, 
     return {**raw, "communicator": {**comm, "name": name_for_device(device)}}
 
 
-def _semantic_issues(s: Dict[str, Any], world_size: int, has_cuda: bool,
+def _semantic_issues(s: Dict[str, Any], world_size: Optional[int], has_cuda: bool,
                      check_targets: bool) -> List[ConfigIssue]:
     issues: List[ConfigIssue] = []
     device = s["trainer"].device if "trainer" in s else "cpu"
@@ -354,7 +453,9 @@ def _semantic_issues(s: Dict[str, Any], world_size: int, has_cuda: bool,
     dp_width = world_size
     if isinstance(topo, schema.ModelParallelTopology):
         group = topo.group_size
-        if world_size < group:
+        if world_size is None:
+            pass
+        elif world_size < group:
             issues.append(ConfigIssue("topology.ranks", f"the model-parallel graph needs {group} "
                                       f"ranks but the job has {world_size}",
                                       allowed=f"mpiexec -n {group} (or a multiple)"))
@@ -363,7 +464,7 @@ def _semantic_issues(s: Dict[str, Any], world_size: int, has_cuda: bool,
                                       f"multiple of the model-parallel group size {group}",
                                       allowed=f"a multiple of {group}"))
         issues += check_graph(topo).issues
-        dp_width = max(1, world_size // group)
+        dp_width = None if world_size is None else max(1, world_size // group)
     if "dataset" in s:
         issues += _dataset_issues(s["dataset"], dp_width)
     if not check_targets:
@@ -377,13 +478,11 @@ def _semantic_issues(s: Dict[str, Any], world_size: int, has_cuda: bool,
     if topo is not None and "model" in s:
         issues += _model_issues(s["model"], topo)
     if "updater" in s:
-        issues += check_target("updater", s["updater"].target, s["updater"].kwargs,
-                               _UPDATER_PROVIDED)
+        from mnframe.builder.updater import PROVIDED
+
+        issues += check_target("updater", s["updater"].target, s["updater"].kwargs, set(PROVIDED))
+    if "extensions" in s:
+        issues += _extension_issues(s["extensions"])
     return issues
 
 
-def extensions_of(cfg: schema.RunConfig) -> Dict[str, schema.ExtensionBase]:
-    """The typed extension entries of a validated config (by name, in order)."""
-    ext, issues = _extension_issues(cfg.extensions)
-    raise_issues(issues)
-    return ext

@@ -35,7 +35,7 @@ def test_recipe_composes_and_validates(recipe):
 
 def _options():
     for group in ("communicator", "optimizer", "dataset", "model", "topology", "updater",
-                  "trainer", "extensions", "checkpoint"):
+                  "trainer", "extensions", "checkpoint", "logger"):
         for option in C.list_group_options(group):
             yield group, option
 
@@ -96,9 +96,7 @@ def test_overrides_reach_the_typed_config():
     cfg = validate(raw, 4)
     assert cfg.optimizer.hparams["lr"] == 0.05
     assert tuple(cfg.trainer.stop) == (5, "iteration")
-    from mnframe.config.validate import extensions_of
-
-    assert extensions_of(cfg)["progress_bar"].update_interval == 3
+    assert cfg.extensions["progress_bar"].update_interval == 3
 
 
 def test_user_recipe_directory(tmp_path):

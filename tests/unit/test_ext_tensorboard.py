@@ -1,0 +1,32 @@
+"""The tensorboard logger in one process: every LogReport entry lands in the event
+files once, also across a resume (entries restored from the checkpoint are not
+written again)."""
+import json
+
+import pytest
+
+from mnframe import pipeline
+from mnframe.config import compose as C
+from mnframe.config.validate import validate
+from mnframe.testing.tensorboard_events import read_scalars
+
+
+def _run(run_dir, stop):
+    raw = C.compose(["logger=tensorboard", "extensions=minimal", "model.n_units=8", "dataset.batch_size=16",
+                     f"trainer.stop=[{stop},iteration]", "checkpoint.interval=2",
+                     "extensions.log_report.interval=1", "extensions.log_report.unit=iteration"])
+    pipeline.run(validate(raw, 1), str(run_dir), config=raw, config_hash="x")
+
+
+def test_each_log_entry_is_written_once_across_a_resume(tmp_path):
+    _run(tmp_path, 4)
+    _run(tmp_path, 6)  # resumes from iteration 4
+    log = json.loads((tmp_path / "log").read_text())
+    assert [e["iteration"] for e in log] == [1, 2, 3, 4, 5, 6]
+    steps = []
+    for path in sorted((tmp_path / "tensorboard").glob("events.out.tfevents.*")):
+        losses = read_scalars(path)["main/loss"]
+        steps += sorted(losses)
+        for step, value in losses.items():
+            assert value == pytest.approx(log[step - 1]["main/loss"], rel=1e-6)
+    assert steps == [1, 2, 3, 4, 5, 6]
