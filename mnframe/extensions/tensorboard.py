@@ -39,8 +39,10 @@ class TensorBoardReport(extension.Extension):
 
         if self._log_dir is None:
             self._log_dir = os.path.join(trainer.out, "tensorboard")
-        self._writer = SummaryWriter(logdir=self._log_dir)
         self._written = len(trainer.get_extension(self._log_report).log)  # resumed entries
+        # tensorboardX names files by the second they were opened: a resume within the same
+        # second would overwrite the first run's file, so the suffix says where this one starts
+        self._writer = SummaryWriter(logdir=self._log_dir, filename_suffix=f".from{self._written}")
 
     def __call__(self, trainer):
         log = trainer.get_extension(self._log_report).log

@@ -67,7 +67,7 @@ def test_updater_arguments_the_builder_provides_are_the_ones_validation_accepts(
     monkeypatch.syspath_prepend(str(tmp_path))
     base = ["extensions=minimal", "model.n_units=8", "trainer.stop=[1,iteration]"]
     cfg = validate(C.compose(base + ["updater._target_=my_updaters.NeedsModels"]), 1)
-    trainer, _ = pipeline.build_trainer(cfg, str(tmp_path / "run"))
+    trainer = pipeline.build_trainer(cfg, str(tmp_path / "run")).trainer
     assert trainer.updater.models == (trainer.updater.get_optimizer("main").target,)
     assert "models" in PROVIDED
     # what the builder does not pass is asked of the config
