@@ -2,11 +2,15 @@
 
 Documented schedule (the same as ChainerMN's double-buffering optimizer):
 
-    step 1 (after a broadcast): start averaging g_1; no update
-    step t >= 2:                wait for mean(g_{t-1}), start averaging g_t,
-                                update the parameters with mean(g_{t-1})
+    update 1 (also the first after new parameters appeared):
+                  broadcast rank 0's parameters; no step (multi_node.py)
+    update 2:     start averaging g_2; no step
+    update t >= 3: wait for mean(g_{t-1}), start averaging g_t,
+                  step with mean(g_{t-1})
 
-so every update uses the gradients of the previous step (one step stale).
+so every step uses the gradients of the previous update (one update stale),
+and ``t`` is 1 after three updates. The average in flight is not saved in a
+checkpoint: after a resume the first update starts a new one (no step).
 ChainerMN does this with a CUDA stream and NCCL only; here the gradients are
 packed into one flat buffer per dtype and averaged with non-blocking
 ``MPI.Iallreduce`` on the communicator's ``mpi_comm``, so it also works on CPU.
@@ -46,7 +50,7 @@ class StaleGradientAverager:
         """Start averaging this step's gradients; put last step's mean in ``param.grad``.
 
         Returns True when ``param.grad`` now holds an average to update with,
-        False on the first step after a (re)start.
+        False on the first exchange after a (re)start.
         """
         params = [p for _, p in sorted(target.namedparams()) if p.array is not None]
         buffers = self._pack(params)
