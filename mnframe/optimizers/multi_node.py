@@ -33,6 +33,7 @@ With ``double_buffering=True`` see :mod:`mnframe.optimizers.double_buffering`
 ``double_buffering = "nccl"``).
 """
 import chainer
+import numpy as np
 
 from mnframe._lazy import resolve
 from mnframe.optimizers.double_buffering import StaleGradientAverager
@@ -58,6 +59,23 @@ _LOADED = "loaded"  # _update_layout after loading a file whose broadcast was do
 def _layout(target):
     """Which parameters exist and are initialised: changes mean "broadcast again"."""
     return tuple((name, p.array is not None) for name, p in sorted(target.namedparams()))
+
+
+def _init_rule_states(target):
+    """Create the update rules' states (zeros) that the first step would create, without stepping.
+
+    So a checkpoint written at setup or after the broadcast-only update holds
+    the whole optimizer state and loads (Chainer cannot load a file written
+    before an optimizer's first step). Chainer's own initialisation, the same arrays as
+    at the first step; fp16 parameters updated in fp32 get theirs at the step.
+    """
+    for param in target.params():
+        rule = param.update_rule
+        if rule is None or not rule.enabled or rule.state is not None or param.array is None:
+            continue
+        if getattr(rule, "_use_fp32_update", False) and param.dtype == np.float16:
+            continue
+        rule._init_states(param)
 
 
 class _MultiNodeOptimizer:
@@ -108,6 +126,7 @@ class _MultiNodeOptimizer:
         """Set up the real optimizer on ``link``, broadcast rank 0's parameters; returns the wrapper."""
         self.actual_optimizer.setup(link)
         self._sync_if_changed(link)
+        _init_rule_states(link)  # a checkpoint written before the first step loads, too
         return self
 
     # ---- the update
@@ -141,6 +160,7 @@ class _MultiNodeOptimizer:
                 # the first update in this layout: share rank 0's weights, make no step (ChainerMN)
                 self._broadcast(target, layout)
                 self._update_layout = layout
+                _init_rule_states(target)
                 return
         if self._averager is None:
             self.communicator.multi_node_mean_grad(target, self.zero_fill)
