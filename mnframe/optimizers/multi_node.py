@@ -21,7 +21,9 @@ on the wrapped optimizer. It adds:
 ``serialize`` writes the real optimizer's state plus one key,
 ``multi_node_broadcast_done``: whether the broadcast-only update was made in
 the current parameter layout. A run resumed from a checkpoint therefore does
-not repeat it and continues bitwise like an uninterrupted run. (ChainerMN
+not repeat it and continues bitwise like an uninterrupted run. The ranks agree
+on it in their first update (one tiny allreduce): unless every rank loaded such
+a file, all of them broadcast (e.g. a file loaded on rank 0 only). (ChainerMN
 keeps this flag in memory only: after a resume its first ``update()`` again
 only broadcasts, one update fewer than the uninterrupted run. A file without
 the key -- written by ChainerMN or a plain Chainer optimizer -- gives
@@ -36,6 +38,7 @@ import chainer
 import numpy as np
 
 from mnframe._lazy import resolve
+from mnframe.utils import collectives
 from mnframe.optimizers.double_buffering import StaleGradientAverager
 
 # a communicator's ``double_buffering`` attribute -> the averager that overlaps its exchange
@@ -66,14 +69,15 @@ def _init_rule_states(target):
 
     So a checkpoint written at setup or after the broadcast-only update holds
     the whole optimizer state and loads (Chainer cannot load a file written
-    before an optimizer's first step). Chainer's own initialisation, the same arrays as
-    at the first step; fp16 parameters updated in fp32 get theirs at the step.
+    before an optimizer's first step). Chainer's own initialisation: the same
+    arrays as at the first step. float16 parameters are left to the first step
+    (``use_fp32_update()``, usually called after setup, gives them float32 states).
     """
     for param in target.params():
         rule = param.update_rule
         if rule is None or not rule.enabled or rule.state is not None or param.array is None:
             continue
-        if getattr(rule, "_use_fp32_update", False) and param.dtype == np.float16:
+        if param.dtype == np.float16:
             continue
         rule._init_states(param)
 
@@ -140,8 +144,8 @@ class _MultiNodeOptimizer:
         ``create_multi_node_optimizer``).
         """
         target = self.actual_optimizer.target
-        if self._update_layout is _LOADED:
-            self._update_layout = _layout(target)
+        if self._update_layout is None or self._update_layout is _LOADED:
+            self._agree_on_resume(target)
         settled = False  # the layout cannot change in this call: no need to read it again
         if lossfun is not None:
             # parameters must agree before the forward pass that produces the gradients
@@ -167,6 +171,18 @@ class _MultiNodeOptimizer:
             self.actual_optimizer.update(None, *args, **kwds)
         elif self._averager.exchange(target):
             self.actual_optimizer.update(None, *args, **kwds)
+
+    def _agree_on_resume(self, target):
+        """On a rank's first update, fresh or after loading: is the broadcast-only update still due?
+
+        Only if every rank loaded a file in which it was made is it skipped (a
+        resume): ranks that start fresh, or loaded nothing, or a file without
+        it, make every rank broadcast, so they never disagree on the collective.
+        """
+        done = self._update_layout is _LOADED
+        if getattr(self.communicator, "size", 1) > 1:
+            done = collectives.all_agree(self.communicator, done, name="multi_node_optimizer.resume")
+        self._update_layout = _layout(target) if done else None
 
     def _sync_if_changed(self, target):
         """Broadcast rank 0's parameters if the initialised set changed since the last broadcast."""

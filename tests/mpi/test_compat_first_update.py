@@ -145,3 +145,27 @@ def test_resume_continues_bitwise(comm, saved_at):
     assert opt.t == total - 1 and resumed.iteration == total
     for name, value in params(resumed_model).items():
         np.testing.assert_array_equal(value, uninterrupted[name], err_msg=f"rank {comm.rank} {name}")
+
+
+def test_a_file_loaded_on_rank_0_only_is_shared_by_the_next_update(comm):
+    """Not every rank resumed: all of them agree to broadcast rank 0's loaded weights (no hang, no step)."""
+    updater, model = _updater(comm, seed=comm.rank)
+    updater.update()
+    updater.update()
+    saved = params(model)
+    fresh, fresh_model = _updater(comm, seed=100 + comm.rank)
+    if comm.rank == 0:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "state.npz")
+            chainer.serializers.save_npz(path, updater)
+            chainer.serializers.load_npz(path, fresh)
+    fresh.update()
+    if comm.size == 1:  # then every rank resumed: the update steps, as the original's third one
+        updater.update()
+        assert fresh.get_optimizer("main").t == 2
+        expected = params(model)
+    else:
+        assert fresh.get_optimizer("main").t == (1 if comm.rank == 0 else 0)
+        expected = comm.mpi_comm.bcast(saved, root=0)
+    for name, value in params(fresh_model).items():
+        np.testing.assert_array_equal(value, expected[name], err_msg=name)
