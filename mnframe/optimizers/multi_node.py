@@ -57,6 +57,9 @@ _OWN = ("actual_optimizer", "communicator", "zero_fill", "_synced_layout", "_upd
 # the serialized flag: the broadcast-only update was made in the parameter layout of the file
 BROADCAST_DONE_KEY = "multi_node_broadcast_done"
 _LOADED = "loaded"  # _update_layout after loading a file whose broadcast was done: the layout at the next update
+# double buffering's gradient sums in flight, per wire dtype (float16 travels as float32)
+PENDING_SUM_KEY = "double_buffering_sum_{}"
+_WIRE_DTYPES = ("float32", "float64")
 
 
 def _layout(target):
@@ -183,6 +186,8 @@ class _MultiNodeOptimizer:
         if getattr(self.communicator, "size", 1) > 1:
             done = collectives.all_agree(self.communicator, done, name="multi_node_optimizer.resume")
         self._update_layout = _layout(target) if done else None
+        if done:  # every rank loaded the state of a run whose ranks agreed: nothing to broadcast
+            self._synced_layout = self._update_layout
 
     def _sync_if_changed(self, target):
         """Broadcast rank 0's parameters if the initialised set changed since the last broadcast."""
@@ -211,6 +216,26 @@ class _MultiNodeOptimizer:
             self._update_layout = _LOADED if done else None
         else:
             serializer(BROADCAST_DONE_KEY, int(done))
+        self._serialize_pending(serializer)
+
+    def _serialize_pending(self, serializer):
+        """Double buffering (MPI): the gradient sums in flight, so a resume steps with them."""
+        averager = self._averager
+        if averager is None or not hasattr(averager, "pending_sums"):
+            return  # the NCCL averager keeps them on the GPU only: a resume restarts the overlap
+        if isinstance(serializer, chainer.serializer.Deserializer):
+            sums = {}
+            for name in _WIRE_DTYPES:
+                try:
+                    value = serializer(PENDING_SUM_KEY.format(name), None)
+                except KeyError:
+                    value = None
+                if value is not None:
+                    sums[np.dtype(name)] = np.array(value, dtype=name)
+            averager.restore_pending(sums)
+        else:
+            for dtype, buf in averager.pending_sums().items():
+                serializer(PENDING_SUM_KEY.format(dtype.name), buf.copy())
 
     def wait(self):
         """Finish any gradient averaging still in flight (double buffering)."""
@@ -234,9 +259,10 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
             only starts averaging, so the first step is made by the third
             (``t`` is 1 after three updates). pure_nccl overlaps on a separate
             CUDA stream; every other communicator through non-blocking MPI
-            (CPU and GPU). The average in flight is not written to
-            checkpoints: after a resume the first update restarts the
-            overlap (averages, no step).
+            (CPU and GPU). Checkpoints hold the MPI averager's sums in
+            flight (a resume continues exactly); with pure_nccl they stay on
+            the GPU, so a resume restarts the overlap (one update without
+            a step).
         zero_fill: unused initialised parameters contribute zero gradients
             (otherwise they are skipped by the communicator).
     """

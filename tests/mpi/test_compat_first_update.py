@@ -114,19 +114,23 @@ def test_updater_iterations_are_one_ahead_of_t(comm):
         assert updater.iteration == n and opt.t == n - 1
 
 
-def _updater(comm, seed):
+def _updater(comm, seed, double_buffering=False):
     x, t = local(global_batch(7, comm.size), comm)
     # no shuffling: the order sampler's random state is not part of an updater's state
     it = chainer.iterators.SerialIterator(chainer.datasets.TupleDataset(x, t), 2, shuffle=False)
     model = L.Classifier(mlp(seed=seed))
-    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.MomentumSGD(lr=LR), comm).setup(model)
+    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.MomentumSGD(lr=LR), comm,
+                                                double_buffering=double_buffering).setup(model)
     return chainer.training.updaters.StandardUpdater(it, opt), model
 
 
+@pytest.mark.parametrize("double_buffering", [False, True])
 @pytest.mark.parametrize("saved_at", [0, 1, 2, 4])
-def test_resume_continues_bitwise(comm, saved_at):
+def test_resume_continues_bitwise(comm, saved_at, double_buffering):
+    """Double buffering: the checkpoint also holds the gradient sums in flight."""
     total = 6
-    updater, model = _updater(comm, seed=comm.rank)
+    lag = 2 if double_buffering else 1  # updates that make no step
+    updater, model = _updater(comm, seed=comm.rank, double_buffering=double_buffering)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "state.npz")
         for n in range(total):
@@ -134,15 +138,15 @@ def test_resume_continues_bitwise(comm, saved_at):
                 chainer.serializers.save_npz(path, updater)
             updater.update()
         uninterrupted = params(model)
-        assert updater.get_optimizer("main").t == total - 1
+        assert updater.get_optimizer("main").t == total - lag
         # a new process: other initial weights, then the checkpoint of every rank
-        resumed, resumed_model = _updater(comm, seed=100 + comm.rank)
+        resumed, resumed_model = _updater(comm, seed=100 + comm.rank, double_buffering=double_buffering)
         chainer.serializers.load_npz(path, resumed)
     opt = resumed.get_optimizer("main")
-    assert opt.t == max(saved_at - 1, 0)
+    assert opt.t == max(saved_at - lag, 0)
     for _ in range(total - saved_at):
         resumed.update()
-    assert opt.t == total - 1 and resumed.iteration == total
+    assert opt.t == total - lag and resumed.iteration == total
     for name, value in params(resumed_model).items():
         np.testing.assert_array_equal(value, uninterrupted[name], err_msg=f"rank {comm.rank} {name}")
 
