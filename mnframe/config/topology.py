@@ -9,7 +9,11 @@ gradients of what it sent, then sends the gradients of what it received.
 every rank has work, and simulates the per-rank sequences of blocking
 operations with rendezvous semantics (the worst case of MPI's standard
 send), so an order that can deadlock in forward or backward is reported
-with what each rank waits for. ``describe`` prints the graph and the
+with what each rank waits for. A stage may name its own rank (ChainerMN's
+branching and twisting models): MultiNodeChainList hands such values over
+inside the process through a first-in first-out queue, so they are not
+blocking operations; a receive from the own rank needs an earlier send to it,
+and every such send a later receive. ``describe`` prints the graph and the
 schedule; ``render_png`` draws it with matplotlib.
 """
 from __future__ import annotations
@@ -52,16 +56,23 @@ def _peers(ref) -> List[int]:
     return [ref] if isinstance(ref, int) else list(ref)
 
 
-def rank_schedule(plan: RankPlan) -> List[Op]:
-    """The blocking operations one rank issues for one training iteration."""
+def rank_schedule(plan: RankPlan, rank: Optional[int] = None) -> List[Op]:
+    """The blocking operations one rank issues for one training iteration.
+
+    With ``rank`` (the plan's own rank), hand-offs to itself are left out:
+    they happen inside the process.
+    """
+    def peers(ref):
+        return [p for p in _peers(ref) if p != rank]
+
     ops: List[Op] = []
     for i, stage in enumerate(plan.stages):
-        ops += [Op("recv", p, i, "forward") for p in _peers(stage.rank_in)]
-        ops += [Op("send", p, i, "forward") for p in _peers(stage.rank_out)]
+        ops += [Op("recv", p, i, "forward") for p in peers(stage.rank_in)]
+        ops += [Op("send", p, i, "forward") for p in peers(stage.rank_out)]
     for i in reversed(range(len(plan.stages))):
         stage = plan.stages[i]
-        ops += [Op("recv", p, i, "backward") for p in _peers(stage.rank_out)]
-        ops += [Op("send", p, i, "backward") for p in _peers(stage.rank_in)]
+        ops += [Op("recv", p, i, "backward") for p in peers(stage.rank_out)]
+        ops += [Op("send", p, i, "backward") for p in peers(stage.rank_in)]
     return ops
 
 
@@ -74,6 +85,26 @@ def _path(rank: int, stage: Optional[int] = None, key: Optional[str] = None) -> 
     return out
 
 
+def _handoff_issues(r: int, plan: RankPlan) -> List[ConfigIssue]:
+    """Hand-offs to the own rank form a queue: each receive needs an earlier send, each send a receive."""
+    issues = []
+    pending: List[int] = []  # the sending stage of each hand-off not yet received, oldest first
+    for i, stage in enumerate(plan.stages):
+        taken = _peers(stage.rank_in).count(r)
+        if taken > len(pending):
+            issues.append(ConfigIssue(
+                _path(r, i, "rank_in"), f"stage {i} receives from its own rank {r} {taken} time(s) but "
+                f"earlier stages sent to it only {len(pending)} time(s)", value=stage.rank_in,
+                allowed=f"send to rank {r} (rank_out) from an earlier stage first"))
+        del pending[:taken]
+        pending += [i] * _peers(stage.rank_out).count(r)
+    for i in sorted(set(pending)):
+        issues.append(ConfigIssue(
+            _path(r, i, "rank_out"), f"stage {i} sends to its own rank {r} but no later stage receives it",
+            value=plan.stages[i].rank_out, allowed=f"a later stage with rank_in: {r}, or another rank"))
+    return issues
+
+
 def _structure_issues(topo: ModelParallelTopology) -> List[ConfigIssue]:
     n = topo.group_size
     issues = []
@@ -81,13 +112,11 @@ def _structure_issues(topo: ModelParallelTopology) -> List[ConfigIssue]:
         for i, stage in enumerate(plan.stages):
             for key in ("rank_in", "rank_out"):
                 for p in _peers(getattr(stage, key)):
-                    if p == r:
-                        issues.append(ConfigIssue(_path(r, i, key), "a rank cannot talk to itself",
-                                                  value=p))
-                    elif not 0 <= p < n:
+                    if not 0 <= p < n:
                         issues.append(ConfigIssue(_path(r, i, key), f"rank {p} does not exist in "
                                                   f"a group of {n}", value=p,
                                                   allowed=f"0..{n - 1} or null"))
+        issues += _handoff_issues(r, plan)
         first, last = plan.stages[0], plan.stages[-1]
         if plan.dataset == "empty" and first.rank_in is None:
             issues.append(ConfigIssue(_path(r, 0, "rank_in"), "this rank has an empty dataset, "
@@ -157,7 +186,7 @@ def check_graph(topo: ModelParallelTopology) -> GraphReport:
     report.issues += _structure_issues(topo)
     if report.issues:
         return report
-    report.schedule = {r: rank_schedule(plan) for r, plan in enumerate(topo.ranks)}
+    report.schedule = {r: rank_schedule(plan, r) for r, plan in enumerate(topo.ranks)}
     report.issues += _count_issues(report.schedule)
     if report.issues:
         return report

@@ -137,11 +137,16 @@ def create_multi_node_evaluator(actual_evaluator, communicator):
 class GenericMultiNodeEvaluator(extension.Extension):
     """Evaluation whose results cannot be averaged: the root gathers every local result.
 
-    Each rank runs ``calc_local`` on its own batches; the root receives all
-    results (in rounds of ``gather_interval`` batches, so memory stays bounded)
-    and calls ``aggregate`` once with the list. Override both. Only the root's
-    ``__call__`` returns the aggregate; the others return None. Reporting is up
-    to ``aggregate`` (set it up in ``initialize``).
+    ChainerMN's contract: each rank calls ``calc_local`` once per batch of its
+    own iterator (the converted arrays as positional arguments, or keyword
+    arguments for a dict) and gets any value but None. The root calls
+    ``aggregate`` once with one flat list of every rank's values in batch order:
+    the first batch of rank 0, rank 1, ..., then every rank's second batch, and
+    so on, leaving out ranks whose data ran out (and None values). Override
+    both. Only the root's ``__call__`` returns the aggregate; the others return
+    None. Reporting is up to ``aggregate`` (set it up in ``initialize``).
+    Results travel in rounds of ``gather_interval`` batches per rank (one
+    gather each), so the root's memory is bounded by what it aggregates.
 
     Args:
         comm: mnframe communicator (None: evaluate and aggregate in this process).
@@ -173,11 +178,11 @@ class GenericMultiNodeEvaluator(extension.Extension):
         self._progress_hook = progress_hook
 
     def calc_local(self, *args, **kwargs):
-        """This rank's result for one converted batch (default: ``target(*args)``); not None."""
+        """This rank's value for one converted batch (default: ``target(*args, **kwargs)``); not None."""
         return self._targets["main"](*args, **kwargs)
 
     def aggregate(self, results):
-        """Combine the list of all ranks' ``calc_local`` results (root only); default: the list."""
+        """Combine the flat list of all ranks' ``calc_local`` values (root only, once); default: the list."""
         return results
 
     def __call__(self, trainer=None):
@@ -187,7 +192,7 @@ class GenericMultiNodeEvaluator(extension.Extension):
         else:
             it = copy.copy(self.iterator)
         if self.comm is None:  # a single process: aggregate the local results
-            return self.aggregate(list(self._local_results(it)))
+            return self.aggregate([r for r in self._local_results(it) if r is not None])
         gathered = list(self._gather_all(it))
         return self.aggregate(gathered) if self.comm.rank == self.root else None
 
@@ -215,8 +220,10 @@ class GenericMultiNodeEvaluator(extension.Extension):
                 parts = mpi.gather(chunk, root=self.root)
             with oplog.op("generic_evaluator.done"):
                 done = mpi.allreduce(len(chunk) < self.gather_interval, op=MPI.LAND)
-            if parts is not None:
-                for part in parts:
-                    yield from part
+            if parts is not None:  # batch by batch, each batch in rank order (ChainerMN's order)
+                for step in range(max(len(part) for part in parts)):
+                    for part in parts:
+                        if step < len(part) and part[step] is not None:
+                            yield part[step]
             if done:
                 return

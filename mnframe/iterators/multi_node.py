@@ -12,7 +12,12 @@ An error in the master's iterator is broadcast and raised on every rank.
 
 ``serialize`` does no communication (so a rank-0-only snapshot cannot
 deadlock): the master serializes the real iterator, a follower writes and reads
-the same keys from its mirrored state.
+the same keys from its mirrored state -- including the master's current shuffle
+``order``, which travels with the first batch after it changes (start, new
+epoch, reset, load). So a follower's state, too, loads into a plain
+``SerialIterator``/``MultiprocessIterator`` (which require ``order`` when they
+shuffle: without it they raise ``KeyError: '_order'``). A loaded ``order`` does
+not change what a follower yields: it always returns the master's batches.
 """
 import chainer
 from chainer.dataset import iterator as iterator_module
@@ -22,6 +27,12 @@ from mnframe.iterators.forwarding import ForwardingIterator
 from mnframe.runtime import oplog
 
 _STOP, _BATCH, _ERROR = "stop", "batch", "error"
+_UNSENT = object()  # the followers' copy of the order is out of date
+
+
+def _order_of(it):
+    """The iterator's current shuffle order (Chainer's Serial/Multiprocess/MultithreadIterator), or None."""
+    return getattr(getattr(it, "_state", None), "order", None)
 
 
 def _state_of(it):
@@ -42,18 +53,38 @@ class _MasterIterator(ForwardingIterator):
         d["actual_iterator"] = actual_iterator
         d["communicator"] = communicator
         d["rank_master"] = rank_master
+        d["_sent_order"] = _UNSENT  # the order array the followers mirror
         info = {"dataset_size": len(actual_iterator.dataset) if hasattr(actual_iterator, "dataset") else None,
                 "batch_size": getattr(actual_iterator, "batch_size", None),
-                "state": _state_of(actual_iterator)}
+                "state": self._state_to_send()}
         with oplog.op("multi_node_iterator.init", peer=rank_master):
             communicator.mpi_comm.bcast(info, root=rank_master)
+
+    def _state_to_send(self):
+        """The mirrored state, plus the shuffle order when the followers do not have it yet.
+
+        A new epoch, ``reset`` or a fresh iterator replaces the order array; a
+        load copies into it, so ``serialize`` forgets what was sent.
+        """
+        it = self.actual_iterator
+        state = _state_of(it)
+        order = _order_of(it)
+        if order is not self._sent_order or it.is_new_epoch:
+            state["order"] = None if order is None else order.copy()
+            self.__dict__["_sent_order"] = order
+        return state
+
+    def serialize(self, serializer):
+        self.actual_iterator.serialize(serializer)
+        if isinstance(serializer, chainer.serializer.Deserializer):
+            self.__dict__["_sent_order"] = _UNSENT  # loading copies into the order array: send it again
 
     def __next__(self):
         try:
             batch = self.actual_iterator.__next__()
-            message = (_BATCH, batch, _state_of(self.actual_iterator))
+            message = (_BATCH, batch, self._state_to_send())
         except StopIteration:
-            message = (_STOP, None, _state_of(self.actual_iterator))
+            message = (_STOP, None, self._state_to_send())
             batch = None
         except Exception as e:  # the followers are waiting for this batch: tell them
             self._bcast((_ERROR, f"{type(e).__name__}: {e}", None))
@@ -80,6 +111,7 @@ class _FollowerIterator(iterator_module.Iterator):
             info = communicator.mpi_comm.bcast(None, root=rank_master)
         self.dataset_size = info["dataset_size"]
         self.batch_size = info["batch_size"]
+        self._order = None  # the master's current shuffle order (None: no shuffling)
         self._set_state(info["state"])
 
     def _set_state(self, state):
@@ -88,6 +120,8 @@ class _FollowerIterator(iterator_module.Iterator):
         self._epoch_detail = state["epoch_detail"]
         self._previous_epoch_detail = state["previous_epoch_detail"]
         self.current_position = state["current_position"]
+        if "order" in state:
+            self._order = state["order"]
 
     def __next__(self):
         with oplog.op("multi_node_iterator.batch", peer=self.rank_master):
@@ -126,6 +160,11 @@ class _FollowerIterator(iterator_module.Iterator):
         except KeyError:
             pass
         self._previous_epoch_detail = None if previous is None or previous < 0 else float(previous)
+        if self._order is not None:  # the key Chainer's shuffling iterators require; the master's order
+            try:  # loading reads into a copy: the mirror stays the master's order
+                serializer("order", self._order.copy())
+            except KeyError:  # a file without it (e.g. written without shuffling)
+                pass
         if self.dataset_size:
             self._epoch_detail = self.epoch + self.current_position / self.dataset_size
 

@@ -8,10 +8,20 @@ communication is chained to the previous one (``recv(delegate_variable=...)``
 and ``pseudo_connect``), so backward visits them in exactly the reverse order
 on every rank and matching ranks never wait on each other in a cycle.
 
+A component may send to its own rank, and a later one receive from it
+(ChainerMN's branching and twisting models: ``rank_in=comm.rank,
+rank_out=comm.rank``, ``rank_in=[comm.rank, comm.rank]``). Such a hand-off
+stays inside the process: a first-in first-out queue of variables, chained to
+the other communications like a send/receive, with no MPI message, so it never
+waits on anything whatever the size; backward flows through it like any
+variable.
+
 The wiring is validated when a link is added (ranks outside the communicator,
-this rank itself, a second output component) and is readable with
-:meth:`MultiNodeChainList.wiring` for static rank-graph checks.
+a receive from this rank with no earlier send to it, a second output
+component) and is readable with :meth:`MultiNodeChainList.wiring` for static
+rank-graph checks.
 """
+import collections
 import numbers
 import typing
 
@@ -52,6 +62,19 @@ def _connect_inputs(delegate, inputs):
     return tuple(args), None
 
 
+def _take_handoff(handoffs, delegate, name):
+    """The oldest hand-off to this rank, chained after ``delegate`` (the previous communication)."""
+    if not handoffs:
+        raise ValueError(f"MultiNodeChainList component {name}: receives from its own rank but no "
+                         "earlier component sent to it")
+    x = handoffs.popleft()
+    xs = _as_variables(x)
+    if delegate is None or delegate is xs[0]:
+        return x
+    xs = pseudo_connect(delegate, *xs)
+    return xs if isinstance(x, (tuple, list)) else xs[0]
+
+
 class MultiNodeChainList(chainer.ChainList):
     """Combines the non-connected graph components of a model-parallel model.
 
@@ -62,6 +85,8 @@ class MultiNodeChainList(chainer.ChainList):
     visits the components in reverse order. A component receiving from one
     rank gets that rank's variable (or tuple, as sent); from several ranks, one
     argument per rank. ``rank_in=None`` components get the model's inputs.
+    ``rank_in``/``rank_out`` may name this rank: what a component sends to its
+    own rank is handed, in order, to the components that receive from it.
 
     Args:
         comm: mnframe communicator (any, including one made by ``comm.split``).
@@ -71,6 +96,7 @@ class MultiNodeChainList(chainer.ChainList):
         super().__init__()
         self._comm = comm
         self._wiring = []
+        self._handoffs = 0  # hand-offs to this rank sent and not yet received, in add order
 
     # -- wiring -------------------------------------------------------------
 
@@ -78,16 +104,26 @@ class MultiNodeChainList(chainer.ChainList):
         """Register ``link`` receiving from ``rank_in`` and sending to ``rank_out``.
 
         Each is an int, a list/tuple of ints, or None (model inputs / model
-        outputs). Raises ValueError naming the component and the ranks when a
-        rank is outside the communicator or is this rank itself, or when a
-        second component would produce the model outputs. The check is local
-        (each rank builds its own model), so a wrong rank raises where it was
+        outputs); this process's own rank means a hand-off inside the process.
+        Raises ValueError naming the component and the ranks when a rank is
+        outside the communicator, when a component receives from its own rank
+        more often than earlier components sent to it, or when a second
+        component would produce the model outputs. The check is local (each
+        rank builds its own model), so a wrong rank raises where it was
         written; the launcher's abort guard then stops the other ranks.
         """
         index = len(self._wiring)
         name = f"{index}:{type(link).__name__}"
         ins = self._normalize(rank_in, "rank_in", name)
         outs = self._normalize(rank_out, "rank_out", name)
+        own = self._comm.rank
+        taken = ins.count(own) if ins else 0
+        if taken > self._handoffs:
+            raise ValueError(
+                f"MultiNodeChainList component {name}: rank_in={rank_in!r} receives from this process's "
+                f"own rank {own} {taken} time(s), but earlier components sent to it only {self._handoffs} "
+                "time(s). A hand-off to the own rank is a queue inside the process: add the component "
+                "that sends to it (rank_out) before the one that receives it.")
         if outs is None:
             earlier = [w.name for w in self._wiring if w.rank_out is None]
             if earlier:
@@ -97,6 +133,7 @@ class MultiNodeChainList(chainer.ChainList):
                     "component may. Send the other one's outputs to a rank instead.")
         super().add_link(link)
         self._wiring.append(ComponentWiring(name, ins, outs))
+        self._handoffs += (outs.count(own) if outs else 0) - taken
 
     def _normalize(self, ranks, arg, name):
         if ranks is None:
@@ -118,11 +155,6 @@ class MultiNodeChainList(chainer.ChainList):
                 f"MultiNodeChainList component {name}: {arg}={ranks!r} names rank(s) {outside} "
                 f"outside the communicator (ranks 0..{comm.size - 1}, size {comm.size}). "
                 "Launch more processes or fix the rank.")
-        if comm.rank in seq:
-            raise ValueError(
-                f"MultiNodeChainList component {name}: {arg}={ranks!r} names this process's own "
-                f"rank {comm.rank}; a component cannot send to or receive from its own rank "
-                "(it would deadlock). Call the link directly or use None for model inputs/outputs.")
         return tuple(seq)
 
     def wiring(self):
@@ -136,6 +168,12 @@ class MultiNodeChainList(chainer.ChainList):
         comm = self._comm
         delegate = None   # the graph node the next communication must chain to
         output = None     # the model outputs (rank_out=None component)
+        handoffs = collections.deque()  # what components sent to this rank, first in first out
+        if self._handoffs:  # checked before any communication (ChainerMN raises after the forward)
+            raise ValueError(
+                f"MultiNodeChainList: {self._handoffs} hand-off(s) to this process's own rank {comm.rank} "
+                "are sent but never received; add a component with rank_in naming this rank for each, "
+                f"or remove the rank from rank_out (wiring: {[tuple(w) for w in self._wiring]})")
         for link, wiring in zip(self._children, self._wiring):
             if wiring.rank_in is None:
                 args = inputs
@@ -145,7 +183,10 @@ class MultiNodeChainList(chainer.ChainList):
             else:
                 received = []
                 for rank in wiring.rank_in:
-                    x = recv(comm, rank, delegate_variable=delegate)
+                    if rank == comm.rank:
+                        x = _take_handoff(handoffs, delegate, wiring.name)
+                    else:
+                        x = recv(comm, rank, delegate_variable=delegate)
                     received.append(x)
                     delegate = _as_variables(x)[0]   # chain the next receive to this one
                 y = link(*received)
@@ -161,7 +202,12 @@ class MultiNodeChainList(chainer.ChainList):
                     if delegate is not None:
                         ys = pseudo_connect(delegate, *ys)
                     # a tuple stays a tuple on the receiving side, even of one variable
-                    delegate = send(ys if isinstance(y, (tuple, list)) else ys[0], comm, rank)
+                    value = ys if isinstance(y, (tuple, list)) else ys[0]
+                    if rank == comm.rank:
+                        handoffs.append(value)  # chained like a send: the next communication follows it
+                        delegate = ys[0]
+                    else:
+                        delegate = send(value, comm, rank)
         return self._result(output, delegate)
 
     @staticmethod

@@ -2,11 +2,16 @@
 
 Documented schedule (the same as ChainerMN's double-buffering optimizer):
 
-    step 1 (after a broadcast): start averaging g_1; no update
-    step t >= 2:                wait for mean(g_{t-1}), start averaging g_t,
-                                update the parameters with mean(g_{t-1})
+    update 1 (also the first after new parameters appeared):
+                  broadcast rank 0's parameters; no step (multi_node.py)
+    update 2:     start averaging g_2; no step
+    update t >= 3: wait for mean(g_{t-1}), start averaging g_t,
+                  step with mean(g_{t-1})
 
-so every update uses the gradients of the previous step (one step stale).
+so every step uses the gradients of the previous update (one update stale),
+and ``t`` is 1 after three updates. A checkpoint holds the sums in flight
+(``pending_sums``; the wrapper writes them), so a resumed run steps with them
+exactly as the uninterrupted run would.
 ChainerMN does this with a CUDA stream and NCCL only; here the gradients are
 packed into one flat buffer per dtype and averaged with non-blocking
 ``MPI.Iallreduce`` on the communicator's ``mpi_comm``, so it also works on CPU.
@@ -46,15 +51,31 @@ class StaleGradientAverager:
         """Start averaging this step's gradients; put last step's mean in ``param.grad``.
 
         Returns True when ``param.grad`` now holds an average to update with,
-        False on the first step after a (re)start.
+        False on the first exchange after a (re)start.
         """
         params = [p for _, p in sorted(target.namedparams()) if p.array is not None]
         buffers = self._pack(params)
         had_previous = self._pending is not None
         if had_previous:
-            self._finish(self._pending)
+            self._finish(self._pending, params)
         self._start(buffers, params)
         return had_previous
+
+    def pending_sums(self):
+        """Wait for the exchange in flight; its summed buffers by wire dtype ({} if none), kept pending."""
+        if self._pending is None:
+            return {}
+        requests, buffers, params = self._pending
+        with oplog.op("double_buffering.wait"):
+            MPI.Request.Waitall(requests)
+        self._pending = ([], buffers, params)
+        return buffers
+
+    def restore_pending(self, sums):
+        """Continue from a checkpoint's ``pending_sums``: the next exchange updates with them."""
+        self.reset()
+        if sums:
+            self._pending = ([], dict(sums), None)  # the parameters: those of the next exchange
 
     def reset(self):
         """Wait for and drop the average in flight (parameters are about to change)."""
@@ -96,8 +117,15 @@ class StaleGradientAverager:
                 requests.append(mpi.Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM))
         self._pending = (requests, buffers, params)
 
-    def _finish(self, pending):
+    def _finish(self, pending, current_params):
         requests, buffers, params = pending
+        if params is None:  # restored from a checkpoint
+            params = current_params
+            for dtype, buf in buffers.items():
+                expected = sum(p.array.size for p in params if _wire(p.array.dtype) == dtype)
+                if buf.size != expected:
+                    raise ValueError(f"double buffering: the checkpoint's gradient sums ({buf.size} {dtype} "
+                                     f"values) do not fit this model ({expected}); was the model changed?")
         with oplog.op("double_buffering.wait"):
             MPI.Request.Waitall(requests)
         scale = 1.0 / self.communicator.mpi_comm.size

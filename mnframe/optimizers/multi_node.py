@@ -2,25 +2,43 @@
 
 The wrapper holds the real optimizer (composition, nothing is patched) and
 forwards every attribute read and write to it, so hooks (WeightDecay,
-GradientClipping, ...), ``lr``/``alpha``, ``t``, ``serialize`` and the rest
-behave exactly as on the wrapped optimizer. It adds two things:
+GradientClipping, ...), ``lr``/``alpha``, ``t`` and the rest behave exactly as
+on the wrapped optimizer. It adds:
 
-* synchronisation: rank 0's parameters are broadcast (``comm.bcast_data``)
-  before they are first used -- at ``setup`` and whenever the set of
-  initialised parameters changes (a lazy ``Linear(None, n)`` materialising);
-* averaging: every ``update`` averages the gradients over all ranks
+* synchronisation: rank 0's parameters are broadcast (``comm.bcast_data``) at
+  ``setup`` and before a forward pass whenever the set of initialised
+  parameters changed since the last broadcast (a lazy ``Linear(None, n)``
+  materialising), so the ranks agree before they compute;
+* ChainerMN's first update: the first ``update()`` -- and the first after new
+  parameters appeared -- broadcasts rank 0's parameters and makes no step
+  (``optimizer.t`` stays 0): its gradients may belong to weights the ranks did
+  not share. ChainerMN does the same; counts of updates, ``t`` and the training
+  trajectory therefore match it;
+* averaging: every other ``update`` averages the gradients over all ranks
   (``comm.multi_node_mean_grad``) before the real optimizer's update, so the
   hooks see the averaged gradient, as in one process over the global batch.
 
-A step whose gradients were computed from parameters that were not yet
-synchronised (new lazy parameters appeared in this forward) only broadcasts and
-skips the update, as ChainerMN does: those gradients belong to other weights.
+``serialize`` writes the real optimizer's state plus one key,
+``multi_node_broadcast_done``: whether the broadcast-only update was made in
+the current parameter layout. A run resumed from a checkpoint therefore does
+not repeat it and continues bitwise like an uninterrupted run. The ranks agree
+on it in their first update (one tiny allreduce): unless every rank loaded such
+a file, all of them broadcast (e.g. a file loaded on rank 0 only). (ChainerMN
+keeps this flag in memory only: after a resume its first ``update()`` again
+only broadcasts, one update fewer than the uninterrupted run. A file without
+the key -- written by ChainerMN or a plain Chainer optimizer -- gives
+ChainerMN's behaviour.)
+
 With ``double_buffering=True`` see :mod:`mnframe.optimizers.double_buffering`
 (non-blocking MPI, any device) and :mod:`mnframe.optimizers.double_buffering_nccl`
 (NCCL on a side CUDA stream, for communicators that declare
 ``double_buffering = "nccl"``).
 """
+import chainer
+import numpy as np
+
 from mnframe._import_path import resolve
+from mnframe.utils import collectives
 from mnframe.optimizers.double_buffering import StaleGradientAverager
 
 # a communicator's ``double_buffering`` attribute -> the averager that overlaps its exchange
@@ -34,12 +52,37 @@ def _averager(communicator):
     return resolve(AVERAGERS[getattr(communicator, "double_buffering", "mpi")])(communicator)
 
 
-_OWN = ("actual_optimizer", "communicator", "zero_fill", "_synced_layout", "_averager")
+_OWN = ("actual_optimizer", "communicator", "zero_fill", "_synced_layout", "_update_layout", "_averager")
+
+# the serialized flag: the broadcast-only update was made in the parameter layout of the file
+BROADCAST_DONE_KEY = "multi_node_broadcast_done"
+_LOADED = "loaded"  # _update_layout after loading a file whose broadcast was done: the layout at the next update
+# double buffering's gradient sums in flight, per wire dtype (float16 travels as float32)
+PENDING_SUM_KEY = "double_buffering_sum_{}"
+_WIRE_DTYPES = ("float32", "float64")
 
 
 def _layout(target):
     """Which parameters exist and are initialised: changes mean "broadcast again"."""
     return tuple((name, p.array is not None) for name, p in sorted(target.namedparams()))
+
+
+def _init_rule_states(target):
+    """Create the update rules' states (zeros) that the first step would create, without stepping.
+
+    So a checkpoint written at setup or after the broadcast-only update holds
+    the whole optimizer state and loads (Chainer cannot load a file written
+    before an optimizer's first step). Chainer's own initialisation: the same
+    arrays as at the first step. float16 parameters are left to the first step
+    (``use_fp32_update()``, usually called after setup, gives them float32 states).
+    """
+    for param in target.params():
+        rule = param.update_rule
+        if rule is None or not rule.enabled or rule.state is not None or param.array is None:
+            continue
+        if param.dtype == np.float16:
+            continue
+        rule._init_states(param)
 
 
 class _MultiNodeOptimizer:
@@ -50,7 +93,8 @@ class _MultiNodeOptimizer:
         d["actual_optimizer"] = actual_optimizer
         d["communicator"] = communicator
         d["zero_fill"] = zero_fill
-        d["_synced_layout"] = None
+        d["_synced_layout"] = None  # layout of the last broadcast (setup, before a forward, update)
+        d["_update_layout"] = None  # layout in which update() made its broadcast-only call
         d["_averager"] = averager
 
     # ---- forwarding: the wrapper is the wrapped optimizer plus synchronisation
@@ -89,17 +133,27 @@ class _MultiNodeOptimizer:
         """Set up the real optimizer on ``link``, broadcast rank 0's parameters; returns the wrapper."""
         self.actual_optimizer.setup(link)
         self._sync_if_changed(link)
+        _init_rule_states(link)  # a checkpoint written before the first step loads, too
         return self
 
     # ---- the update
     def update(self, lossfun=None, *args, **kwds):
-        """Like ``chainer.Optimizer.update``, with broadcast and gradient averaging."""
+        """Like ``chainer.Optimizer.update``, with ChainerMN's broadcast-only first call and gradient averaging.
+
+        The first call (and the first after the set of initialised parameters
+        changed) broadcasts rank 0's parameters and returns without a step:
+        ``t`` is not incremented. Every later call averages the gradients over
+        the ranks and updates (with double buffering: see
+        ``create_multi_node_optimizer``).
+        """
         target = self.actual_optimizer.target
-        settled = False  # every parameter initialised before the forward: it cannot change the set
+        if self._update_layout is None or self._update_layout is _LOADED:
+            self._agree_on_resume(target)
+        settled = False  # the layout cannot change in this call: no need to read it again
         if lossfun is not None:
             # parameters must agree before the forward pass that produces the gradients
             self._sync_if_changed(target)
-            settled = all(initialised for _, initialised in self._synced_layout)
+            settled = self._synced_layout == self._update_layout and all(i for _, i in self._synced_layout)
             loss = lossfun(*args, **kwds)
             if getattr(self.actual_optimizer, "_use_cleargrads", True):
                 target.cleargrads()
@@ -107,24 +161,81 @@ class _MultiNodeOptimizer:
                 target.zerograds()
             loss.backward(loss_scale=self.actual_optimizer._loss_scale)
             del loss
-        if not settled and self._sync_if_changed(target):
-            return  # these gradients were computed from unsynchronised weights (e.g. lazily initialised)
+        if not settled:
+            layout = _layout(target)
+            if layout != self._update_layout:
+                # the first update in this layout: share rank 0's weights, make no step (ChainerMN)
+                self._broadcast(target, layout)
+                self._update_layout = layout
+                _init_rule_states(target)
+                return
         if self._averager is None:
             self.communicator.multi_node_mean_grad(target, self.zero_fill)
             self.actual_optimizer.update(None, *args, **kwds)
         elif self._averager.exchange(target):
             self.actual_optimizer.update(None, *args, **kwds)
 
+    def _agree_on_resume(self, target):
+        """On a rank's first update, fresh or after loading: is the broadcast-only update still due?
+
+        Only if every rank loaded a file in which it was made is it skipped (a
+        resume): ranks that start fresh, or loaded nothing, or a file without
+        it, make every rank broadcast, so they never disagree on the collective.
+        """
+        done = self._update_layout is _LOADED
+        if getattr(self.communicator, "size", 1) > 1:
+            done = collectives.all_agree(self.communicator, done, name="multi_node_optimizer.resume")
+        self._update_layout = _layout(target) if done else None
+        if done:  # every rank loaded the state of a run whose ranks agreed: nothing to broadcast
+            self._synced_layout = self._update_layout
+
     def _sync_if_changed(self, target):
-        """Broadcast rank 0's parameters if the initialised set changed; True if it did."""
+        """Broadcast rank 0's parameters if the initialised set changed since the last broadcast."""
         layout = _layout(target)
-        if layout == self._synced_layout:
-            return False
+        if layout != self._synced_layout:
+            self._broadcast(target, layout)
+
+    def _broadcast(self, target, layout):
         if self._averager is not None:
             self._averager.reset()  # a pending average refers to the old parameters
         self.communicator.bcast_data(target)
         self._synced_layout = layout
-        return True
+
+    def serialize(self, serializer):
+        """The real optimizer's state, plus whether the broadcast-only update was made (see the module doc)."""
+        self.actual_optimizer.serialize(serializer)
+        target = self.actual_optimizer.target
+        done = self._update_layout is _LOADED or (
+            self._update_layout is not None and target is not None and self._update_layout == _layout(target))
+        if isinstance(serializer, chainer.serializer.Deserializer):
+            try:
+                done = bool(serializer(BROADCAST_DONE_KEY, int(done)))
+            except KeyError:  # written by ChainerMN or a plain optimizer: ChainerMN's behaviour
+                done = False
+            # the model is loaded after its optimizer: take its layout at the next update
+            self._update_layout = _LOADED if done else None
+        else:
+            serializer(BROADCAST_DONE_KEY, int(done))
+        self._serialize_pending(serializer)
+
+    def _serialize_pending(self, serializer):
+        """Double buffering (MPI): the gradient sums in flight, so a resume steps with them."""
+        averager = self._averager
+        if averager is None or not hasattr(averager, "pending_sums"):
+            return  # the NCCL averager keeps them on the GPU only: a resume restarts the overlap
+        if isinstance(serializer, chainer.serializer.Deserializer):
+            sums = {}
+            for name in _WIRE_DTYPES:
+                try:
+                    value = serializer(PENDING_SUM_KEY.format(name), None)
+                except KeyError:
+                    value = None
+                if value is not None:
+                    sums[np.dtype(name)] = np.array(value, dtype=name)
+            averager.restore_pending(sums)
+        else:
+            for dtype, buf in averager.pending_sums().items():
+                serializer(PENDING_SUM_KEY.format(dtype.name), buf.copy())
 
     def wait(self):
         """Finish any gradient averaging still in flight (double buffering)."""
@@ -141,15 +252,23 @@ class _MultiNodeOptimizer:
 def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False, zero_fill=True):
     """Wrap a Chainer optimizer for data-parallel training over ``communicator``.
 
+    As in ChainerMN, the first ``update()`` broadcasts rank 0's parameters and
+    makes no step (``t`` stays 0); see the module documentation.
+
     Args:
         actual_optimizer: a ``chainer.Optimizer`` (set up already, or set up
             through the returned wrapper's ``setup``).
         communicator: a mnframe communicator.
-        double_buffering: overlap the averaging of step t with step t+1; the
-            update at step t then uses the average of step t-1's gradients (one
-            step stale; the first step after a broadcast makes no update).
-            pure_nccl overlaps on a separate CUDA stream; every other
-            communicator through non-blocking MPI (CPU and GPU).
+        double_buffering: overlap the averaging of update t's gradients with
+            update t+1, which then steps with that (one update stale) average.
+            As in ChainerMN, the first update only broadcasts and the second
+            only starts averaging, so the first step is made by the third
+            (``t`` is 1 after three updates). pure_nccl overlaps on a separate
+            CUDA stream; every other communicator through non-blocking MPI
+            (CPU and GPU). Checkpoints hold the MPI averager's sums in
+            flight (a resume continues exactly); with pure_nccl they stay on
+            the GPU, so a resume restarts the overlap (one update without
+            a step).
         zero_fill: unused initialised parameters contribute zero gradients
             (otherwise they are skipped by the communicator).
     """

@@ -129,7 +129,8 @@ def test_bcast_data_keeps_dtypes(cupy):
 
 
 def test_double_buffering_schedule_on_a_cuda_stream(cupy):
-    """The first step makes no update; step t updates with step t-1's gradients."""
+    """As in ChainerMN: update 1 only broadcasts, update 2 only starts averaging; update t >= 3
+    steps with update t-1's gradients."""
     comm = chainermn.create_communicator("pure_nccl")
     model = L.Linear(3, 2)
     model.to_device("@cupy:0")
@@ -138,7 +139,7 @@ def test_double_buffering_schedule_on_a_cuda_stream(cupy):
     from mnframe.optimizers.double_buffering_nccl import StreamStaleAverager
     assert isinstance(opt._averager, StreamStaleAverager)
     w0 = cupy.asnumpy(model.W.array).copy()
-    grads = [np.full((2, 3), v, dtype=np.float32) for v in (1.0, 2.0, 3.0)]
+    grads = [np.full((2, 3), v, dtype=np.float32) for v in (1.0, 2.0, 3.0, 4.0)]
     history = []
     for g in grads:
         model.cleargrads()
@@ -147,9 +148,10 @@ def test_double_buffering_schedule_on_a_cuda_stream(cupy):
         opt.update()
         history.append(cupy.asnumpy(model.W.array).copy())
     opt.wait()
-    np.testing.assert_allclose(history[0], w0)                        # step 1: no update
-    np.testing.assert_allclose(history[1], w0 - grads[0])             # step 2: g_1
-    np.testing.assert_allclose(history[2], w0 - grads[0] - grads[1])  # step 3: g_2
+    np.testing.assert_allclose(history[0], w0)                        # update 1: broadcast only
+    np.testing.assert_allclose(history[1], w0)                        # update 2: starts averaging g_2
+    np.testing.assert_allclose(history[2], w0 - grads[1])             # update 3: g_2
+    np.testing.assert_allclose(history[3], w0 - grads[1] - grads[2])  # update 4: g_3
     comm.finalize()
 
 

@@ -74,8 +74,9 @@ def test_equivalence_with_single_process(comm, opt_name, weight_decay):
         x, t = _global_batch(step, comm.size)
         local = slice(r * LOCAL_BATCH, (r + 1) * LOCAL_BATCH)
         opt.update(_lossfun(model), x[local], t[local])
-        ref_opt.update(_lossfun(ref), x, t)
-    assert opt.t == ref_opt.t == STEPS
+        if step > 0:  # as in ChainerMN, the first update only broadcasts rank 0's parameters
+            ref_opt.update(_lossfun(ref), x, t)
+    assert opt.t == ref_opt.t == STEPS - 1
     for name, value in _params(ref).items():
         np.testing.assert_allclose(_params(model)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
 
@@ -90,10 +91,11 @@ def test_wrapper_forwards_attributes_and_serializes(comm):
     opt.add_hook(chainer.optimizer_hooks.GradientClipping(1.0))
     assert "GradientClipping" in actual._hookable._pre_update_hooks
     x, t = _global_batch(0, 1)
+    opt.update(_lossfun(model), x, t)  # broadcast only
     opt.update(_lossfun(model), x, t)
     saved = {}
     opt.serialize(chainer.serializers.DictionarySerializer(saved))
-    assert saved["t"] == 1
+    assert saved["t"] == 1 and saved["multi_node_broadcast_done"] == 1
     other = chainermn.create_multi_node_optimizer(chainer.optimizers.MomentumSGD(lr=0.1), comm)
     other.setup(MLP(seed=0))
     other.serialize(chainer.serializers.NpzDeserializer(saved))
@@ -104,10 +106,15 @@ def test_update_without_lossfun(comm):
     """The StandardUpdater-free path: the caller runs backward, update() averages and steps."""
     model = MLP(seed=comm.rank)
     opt = chainermn.create_multi_node_optimizer(chainer.optimizers.SGD(lr=1.0), comm).setup(model)
-    before = _params(model)
     for p in model.params():
         p.grad = np.full_like(p.array, comm.rank)
+    opt.update()  # the first update broadcasts rank 0's parameters, no step
+    assert opt.t == 0
+    before = _params(model)
+    for name, value in comm.mpi_comm.bcast(before, root=0).items():
+        np.testing.assert_array_equal(before[name], value)
     opt.update()
+    assert opt.t == 1
     mean = (comm.size - 1) / 2
     for name, p in sorted(model.namedparams()):
         np.testing.assert_allclose(p.array, before[name] - mean, rtol=1e-6)
@@ -130,7 +137,8 @@ def test_lazy_parameters_are_broadcast(comm):
 
 
 def test_double_buffering_is_one_step_stale(comm):
-    """update at step t uses mean(g_{t-1}); the first step only starts the averaging."""
+    """Update t steps with mean(g_{t-1}); as in ChainerMN the first update only broadcasts
+    and the second only starts the averaging."""
     steps = STEPS + 1
     model = MLP(seed=comm.rank)
     opt = chainermn.create_multi_node_optimizer(
@@ -144,6 +152,8 @@ def test_double_buffering_is_one_step_stale(comm):
         x, t = _global_batch(step, comm.size)
         local = slice(r * LOCAL_BATCH, (r + 1) * LOCAL_BATCH)
         opt.update(_lossfun(model), x[local], t[local])
+        if step == 0:
+            continue  # broadcast only: these gradients are dropped
         ref.cleargrads()
         _lossfun(ref)(x, t).backward()
         fresh = {name: p.grad.copy() for name, p in ref.namedparams()}
@@ -153,7 +163,7 @@ def test_double_buffering_is_one_step_stale(comm):
             ref_opt.update()
         previous = fresh
     opt.wait()
-    assert opt.t == ref_opt.t == steps - 1
+    assert opt.t == ref_opt.t == steps - 2
     for name, value in _params(ref).items():
         np.testing.assert_allclose(_params(model)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
 

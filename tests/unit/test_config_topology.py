@@ -97,3 +97,36 @@ def test_describe_and_picture(tmp_path):
     assert replicas(topo, 4) == [[0, 1], [2, 3]]
     assert render_png(topo, str(tmp_path / "graph.png"))
     assert (tmp_path / "graph.png").stat().st_size > 1000
+
+
+# -- hand-offs to the own rank (ChainerMN's branching and twisting models) ---------------------
+
+def test_branching_through_the_own_rank_is_ok():
+    parent = [(None, [0, 1, 2]), (0, 0), ([0, 1, 2], None)]
+    report = check_graph(_topo(parent, [(0, 0)], [(0, 0)]))
+    assert report.ok, report.issues
+    assert all(op.peer != 0 for op in report.schedule[0])  # hand-offs are no blocking operations
+    assert [(s, d) for s, d, op in report.steps if op.phase == "forward"] == [(0, 1), (0, 2), (1, 0), (2, 0)]
+
+
+def test_twisting_with_two_hand_offs_is_ok():
+    middle = [(0, 1), (None, 0), (None, 2), (2, 1), ([1, 1], None)]
+    assert check_graph(_topo([(None, 1), (1, None)], middle, [(1, None), (None, 1)])).ok
+
+
+def test_hand_off_received_before_it_was_sent():
+    report = check_graph(_topo([(None, 1), ([1, 0], None)], [(0, 0)]))
+    assert [i.path for i in report.issues] == ["topology.ranks.0.stages.1.rank_in"]
+    assert "receives from its own rank 0 1 time(s) but earlier stages sent to it only 0" in report.issues[0].message
+
+
+def test_hand_off_never_received():
+    report = check_graph(_topo([(None, [1, 0]), (1, None)], [(0, 0)]))
+    assert [i.path for i in report.issues] == ["topology.ranks.0.stages.0.rank_out"]
+    assert "sends to its own rank 0 but no later stage receives it" in report.issues[0].message
+
+
+def test_deadlock_between_hand_offs_is_still_found():
+    # each rank first waits for the other's value, then hands it to itself and sends
+    report = check_graph(_topo([(1, 0), (0, 1), (1, None)], [(0, 1), (1, 0), (None, 0)]))
+    assert not report.ok and "deadlocks in forward" in report.issues[0].message

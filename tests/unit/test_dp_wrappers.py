@@ -33,7 +33,9 @@ def test_forwarding_and_schedule():
     assert opt.actual_optimizer is actual and "actual_optimizer" not in vars(actual)
     x = np.ones((4, 3), np.float32)
     opt.update(lambda x: chainer.functions.sum(model(x)), x)
-    assert comm.calls == ["bcast", ("mean", False)] and actual.t == 1
+    assert comm.calls == ["bcast", "bcast"] and actual.t == 0  # ChainerMN: the first update only broadcasts
+    opt.update(lambda x: chainer.functions.sum(model(x)), x)
+    assert comm.calls == ["bcast", "bcast", ("mean", False)] and actual.t == 1
 
 
 def test_lazy_link_broadcast_skips_that_step():
@@ -74,6 +76,17 @@ def test_generic_evaluator_without_communicator():
     assert Count(None, it, None)() == [2, 2, 1]
 
 
+def _trained_state(updates):
+    """The serialized state of a wrapper after ``updates`` updates."""
+    model = L.Linear(3, 2)
+    opt = create_multi_node_optimizer(chainer.optimizers.SGD(), FakeComm()).setup(model)
+    for _ in range(updates):
+        opt.update(lambda x: chainer.functions.sum(model(x)), np.ones((1, 3), np.float32))
+    state = {}
+    opt.serialize(chainer.serializers.DictionarySerializer(state))
+    return state
+
+
 def test_needs_broadcast_flag_for_the_checkpointer():
     comm = FakeComm()
     model = L.Linear(3, 2)
@@ -81,7 +94,33 @@ def test_needs_broadcast_flag_for_the_checkpointer():
     actual.setup(model)
     opt = create_multi_node_optimizer(actual, comm)
     assert opt.needs_broadcast and hasattr(opt, "needs_broadcast")
-    opt.needs_broadcast = False  # what maybe_load does after a complete resume
+    opt.serialize(chainer.serializers.NpzDeserializer(_trained_state(1)))  # maybe_load loads the trainer
+    opt.needs_broadcast = False  # then says every rank resumed the same iteration
     assert not opt.needs_broadcast and "needs_broadcast" not in vars(actual)
     opt.update(lambda x: chainer.functions.sum(model(x)), np.ones((1, 3), np.float32))
     assert comm.calls == [("mean", True)] and opt.t == 1
+
+
+def test_resume_repeats_the_broadcast_only_update_when_it_was_not_made():
+    for updates, first_call in ((0, "bcast"), (1, ("mean", True)), (2, ("mean", True))):
+        state = _trained_state(updates)
+        assert state["multi_node_broadcast_done"] == (updates > 0) and state["t"] == max(updates - 1, 0)
+        comm = FakeComm()
+        model = L.Linear(3, 2)
+        opt = create_multi_node_optimizer(chainer.optimizers.SGD(), comm).setup(model)
+        opt.serialize(chainer.serializers.NpzDeserializer(state))
+        opt.update(lambda x: chainer.functions.sum(model(x)), np.ones((1, 3), np.float32))
+        assert comm.calls == ["bcast", first_call] and opt.t == max(updates - 1, 0) + (updates > 0)
+
+
+def test_state_without_the_flag_gives_chainermn_behaviour():
+    """A file written by ChainerMN or a plain optimizer: the next update only broadcasts, as ChainerMN's would."""
+    state = _trained_state(3)
+    del state["multi_node_broadcast_done"]
+    comm = FakeComm()
+    model = L.Linear(3, 2)
+    opt = create_multi_node_optimizer(chainer.optimizers.SGD(), comm).setup(model)
+    opt.serialize(chainer.serializers.NpzDeserializer(state))
+    assert opt.t == 2
+    opt.update(lambda x: chainer.functions.sum(model(x)), np.ones((1, 3), np.float32))
+    assert comm.calls == ["bcast", "bcast"] and opt.t == 2

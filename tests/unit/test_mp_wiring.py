@@ -38,8 +38,8 @@ def test_wiring_is_normalized_and_read_only():
 @pytest.mark.parametrize("rank_in,rank_out,match", [
     (None, 4, r"component 0:Linear: rank_out=4 names rank\(s\) \[4\] outside the communicator \(ranks 0..3"),
     ([1, -1], None, r"component 0:Linear: rank_in=\[1, -1\] names rank\(s\) \[-1\]"),
-    (2, None, r"component 0:Linear: rank_in=2 names this process's own rank 2"),
-    (None, [0, 2], r"rank_out=\[0, 2\] names this process's own rank 2"),
+    (2, None, r"component 0:Linear: rank_in=2 receives from this process's own rank 2 1 time\(s\), "
+              r"but earlier components sent to it only 0"),
     ([], None, r"rank_in=\[\] must be an int, a non-empty list"),
     (True, None, r"rank_in=True must be an int"),
     ("1", None, r"rank_in='1' must be an int"),
@@ -49,6 +49,19 @@ def test_wrong_wiring_names_component_and_ranks(rank_in, rank_out, match):
     with pytest.raises(ValueError, match=match):
         model.add_link(L.Linear(2, 2), rank_in=rank_in, rank_out=rank_out)
     assert len(model) == 0 and model.wiring() == []
+
+
+def test_hand_offs_to_the_own_rank_are_counted_in_order():
+    """ChainerMN's branching/twisting wiring: sending to the own rank is allowed, receiving needs an earlier send."""
+    model = mnframe.MultiNodeChainList(FakeComm(2, 4))
+    model.add_link(L.Linear(2, 2), rank_in=None, rank_out=[0, 2, 2])
+    model.add_link(L.Linear(2, 2), rank_in=2, rank_out=2)
+    model.add_link(L.Linear(2, 2), rank_in=[2, 2], rank_out=None)
+    assert model.wiring()[0] == ("0:Linear", None, (0, 2, 2))
+    with pytest.raises(ValueError, match=r"component 3:Linear: rank_in=\[2, 1\] receives from this process's own "
+                       r"rank 2 1 time\(s\), but earlier components sent to it only 0"):
+        model.add_link(L.Linear(2, 2), rank_in=[2, 1], rank_out=3)
+    assert len(model) == 3
 
 
 def test_only_one_component_returns_model_outputs():
