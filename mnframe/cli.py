@@ -10,7 +10,8 @@ the resolved YAML and run directory to the other ranks, which wait in a
 loop. Every rank then validates the same config and the ranks agree on the
 verdict and the config hash before anything else communicates. Everything
 runs under ``mnframe.runtime.guard.run_main`` (exit 2 on a config error on
-every rank, 1 on any other failure, the whole job aborted).
+every rank, 1 on any other failure, the whole job aborted); before that,
+a dependency that does not import ends it with status 3 (``check_environment``).
 """
 from __future__ import annotations
 
@@ -199,6 +200,22 @@ def check(argv: Sequence[str], world_size: int, has_cuda: bool = False,
     return "\n".join(lines)
 
 
+def check_environment(argv: Sequence[str]) -> None:
+    """Import what the runner needs before MPI starts; a failure is an environment
+    problem: one line (which package, why, what to install), exit 3, no traceback.
+    ``--check`` runs without MPI, so mpi4py is not required there."""
+    from mnframe.dependencies import RUNNER_MODULES, require
+    from mnframe.runtime.errors import DependencyError, ExitStatus
+
+    checking = parse_own_flags(argv)[0].check
+    modules = [m for m in RUNNER_MODULES if not (checking and m.startswith("mpi4py"))]
+    try:
+        require(modules)
+    except DependencyError as exc:
+        print(f"mnframe: {exc.label}: {exc}", file=sys.stderr)
+        sys.exit(int(ExitStatus.ENVIRONMENT))
+
+
 def _main(argv: Sequence[str]) -> None:
     opts, rest = parse_own_flags(argv)
     if opts.check:
@@ -214,6 +231,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         from mnframe.doctor import main as doctor_main
 
         sys.exit(doctor_main(argv[1:]))
+    check_environment(argv)
     try:
         from mnframe.runtime.guard import run_main
     except ImportError:  # pragma: no cover - the runtime area not there yet

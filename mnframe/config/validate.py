@@ -26,6 +26,8 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from mnframe.config import schema
 from mnframe.config.errors import ConfigIssue, join_path, raise_issues, suggest
 from mnframe.config.topology import check_graph
+from mnframe.dependencies import missing_dependency
+from mnframe.runtime.errors import DependencyError
 
 # Arguments the builders pass themselves (never expected in the config).
 _UPDATER_PROVIDED = {"iterator", "optimizer", "device", "models", "converter"}
@@ -125,6 +127,9 @@ def _import_target(dotted: str):
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
+        problem = missing_dependency(module_name, exc)  # the module exists, a package it imports does not
+        if problem:
+            raise DependencyError(problem) from None
         return None, f"cannot import module {module_name!r} ({exc})", None
     if not hasattr(module, attr):
         names = [n for n in dir(module) if not n.startswith("_")]

@@ -26,8 +26,8 @@ import chainer
 import chainer.functions as F
 import chainer.links as L
 
-from recipes import communicator_or_default
-from recipes.cifar.models import VGG
+from mnframe.recipes import communicator_or_default
+from mnframe.recipes.cifar.models import VGG
 
 
 class ParallelConvolution2D(chainer.Link):

@@ -20,7 +20,7 @@ import chainer
 import chainer.functions as F
 import chainer.links as L
 
-from recipes import communicator_or_default
+from mnframe.recipes import communicator_or_default
 
 
 def _embed_rows(embed, rows):

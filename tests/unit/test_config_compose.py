@@ -105,7 +105,7 @@ def test_user_recipe_directory(tmp_path):
     (tmp_path / "my_model.yaml").write_text(
         "# @package _global_\n"
         "defaults:\n  - override /optimizer: sgd\n"
-        "name: my_model\nmodel:\n  _target_: recipes.mnist.model.MLP\n  n_units: 16\n")
+        "name: my_model\nmodel:\n  _target_: mnframe.recipes.mnist.model.MLP\n  n_units: 16\n")
     raw = C.compose(["recipe=my_model"], [tmp_path])
     cfg = validate(raw, 1)
     assert cfg.name == "my_model" and cfg.optimizer.name == "sgd"
