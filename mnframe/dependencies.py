@@ -51,7 +51,7 @@ def explain(module: str, exc: BaseException) -> str:
     """One line: which package cannot be imported, why, and what to install."""
     why = " ".join(str(exc).split()) or type(exc).__name__
     if module.startswith("mpi4py") and not isinstance(exc, ModuleNotFoundError):
-        return f"mpi4py cannot load an MPI library ({why}); fix: {MPI_FIX}"
+        return f"mpi4py cannot load an MPI library ({mpi_load_failure(exc)}); fix: {MPI_FIX}"
     missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
     if (missing and missing.startswith(HOOKED)) or "sctypes" in why:
         return f"{module} cannot be imported ({why}): Chainer 7.8.1 needs mnframe's import hook here; fix: {HOOK_FIX}"
@@ -62,6 +62,16 @@ def explain(module: str, exc: BaseException) -> str:
         return f"{module} is not installed; fix: pip install {distribution(module)}"
     return (f"{module} is installed but fails to import ({type(exc).__name__}: {why}); "
             f"fix: reinstall it (pip install --force-reinstall {distribution(module)})")
+
+
+def mpi_load_failure(exc: BaseException) -> str:
+    """mpi4py's multi-line "cannot load MPI library" (one line per file it tried) in short."""
+    first, *tried = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    not_found = [line.split(":")[0] for line in tried if "cannot open shared object file" in line]
+    if tried and len(not_found) == len(tried):
+        names = sorted({name.rsplit("/", 1)[-1] for name in not_found})
+        return f"{first}: none of {', '.join(names)} found"
+    return " ".join([first] + tried[:1])
 
 
 def missing_dependency(module: str, exc: BaseException) -> Optional[str]:

@@ -210,10 +210,9 @@ def main(argv: Sequence[str] = ()) -> int:
     try:
         from mpi4py import MPI
     except Exception as exc:  # not installed, or installed without an MPI library to load
-        from mnframe.dependencies import MPI_FIX
+        from mnframe.dependencies import MPI_FIX, mpi_load_failure
 
-        why = " ".join(str(exc).split())
-        print(Result("FAIL", "mpi4py", f"cannot import mpi4py.MPI ({why})", fix=MPI_FIX).render())
+        print(Result("FAIL", "mpi4py", f"cannot import mpi4py.MPI ({mpi_load_failure(exc)})", fix=MPI_FIX).render())
         return 1
     results: List[Result] = []
     for step in STEPS:
