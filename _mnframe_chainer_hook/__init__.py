@@ -28,7 +28,6 @@ in ``stand_ins.py``, imported only when one is needed.
 import sys
 
 ENV_SWITCH = "MNFRAME_CHAINER_HOOK"
-PTH_FILE = "mnframe-chainer-hook.pth"
 # Modules whose execution needs the stand-ins: Chainer's package (its
 # _environment_check runs inside it) and chainer.testing (helper.py keeps a
 # reference to pkg_resources for with_requires()).

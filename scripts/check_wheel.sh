@@ -26,8 +26,10 @@ BPY="$BUILD_VENV/bin/python"
 [ -x "$BPY" ] || fail "no $BPY: run scripts/setup.sh first (or set BUILD_VENV)"
 
 step "building the wheels (mnframe from this checkout, chainer 7.8.1 from its sdist)"
-rm -rf "$WORK/wheels" && mkdir -p "$WORK/wheels"
-"$BPY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$WORK/wheels" "$REPO"
+rm -rf "$WORK/wheels" "$WORK/src" && mkdir -p "$WORK/wheels" "$WORK/src"
+# From a copy of the checkout's files (tracked, or new and not ignored): no stale build/ can leak in.
+git ls-files -z --cached --others --exclude-standard | tar -C "$REPO" --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -C "$WORK/src" -xf -
+"$BPY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$WORK/wheels" "$WORK/src"
 "$BPY" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$WORK/wheels" "chainer==7.8.1"
 ls "$WORK/wheels"
 MNFRAME_WHL=$(ls "$WORK/wheels"/mnframe-*.whl)

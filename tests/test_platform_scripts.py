@@ -17,6 +17,7 @@ EPOCHS = 4
 N_TRAIN, N_TEST = 1500, 297  # the bundled digits: mnframe.recipes.mnist.data
 
 SCRIPT = """
+import json
 import sys
 
 import chainer                      # first, like every ChainerMN script
@@ -49,7 +50,8 @@ optimizer.setup(model)
 train, test = get_datasets() if comm.rank == 0 else (None, None)
 train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=0)
 test = chainermn.scatter_dataset(test, comm)
-print(f"shard rank={comm.rank} size={comm.size} train={len(train)} test={len(test)}", flush=True)
+with open(f"{out}-shard{comm.rank}.json", "w") as f:  # a file per rank: the ranks' stdout lines can interleave
+    json.dump({"rank": comm.rank, "size": comm.size, "train": len(train), "test": len(test)}, f)
 train_iter = chainer.iterators.SerialIterator(train, 50)
 test_iter = chainer.iterators.SerialIterator(test, 50, repeat=False, shuffle=False)
 updater = training.StandardUpdater(train_iter, optimizer)
@@ -68,14 +70,11 @@ def test_chainermn_style_script_chainer_imported_first_trains_on_2_ranks(tmp_pat
     assert not result.timed_out, result.output[-4000:]
     assert result.returncode == 0, result.output[-6000:]
 
-    shards = sorted(line.split() for line in result.stdout.splitlines() if line.startswith("shard "))
-    assert len(shards) == N_RANKS
-    for rank, fields in enumerate(shards):
-        values = dict(f.split("=") for f in fields[1:])
-        # scatter_dataset's default force_equal_length=True: every rank gets ceil(n / size) examples
-        expect_train, expect_test = -(-N_TRAIN // N_RANKS), -(-N_TEST // N_RANKS)
-        assert values == {"rank": str(rank), "size": str(N_RANKS), "train": str(expect_train),
-                          "test": str(expect_test)}
+    # scatter_dataset's default force_equal_length=True: every rank gets ceil(n / size) examples
+    expect_train, expect_test = -(-N_TRAIN // N_RANKS), -(-N_TEST // N_RANKS)
+    for rank in range(N_RANKS):
+        shard = json.loads((tmp_path / f"result-shard{rank}.json").read_text())
+        assert shard == {"rank": rank, "size": N_RANKS, "train": expect_train, "test": expect_test}
 
     log = json.loads((tmp_path / "result" / "log").read_text())
     assert [entry["epoch"] for entry in log] == list(range(1, EPOCHS + 1))
