@@ -100,3 +100,27 @@ def test_missing_dependency_tells_a_missing_module_from_a_missing_dependency():
     assert missing_dependency("my_models.nets", _missing("my_models.nets")) is None
     assert "it needs torch" in missing_dependency("my_models.nets", _missing("torch"))
     assert missing_dependency("my_models", ImportError("cannot import name 'x'")) is None
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECK_STACK = os.path.join(REPO, "scripts", "check_stack.py")
+
+
+def test_check_stack_passes_here(tmp_path):
+    """scripts/setup.sh ends with this check; here the stack works."""
+    proc = subprocess.run([sys.executable, CHECK_STACK], cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"Python {sys.version.split()[0]}, chainer 7.8.1, numpy ")
+
+
+@pytest.mark.skipif(not (sys.version_info >= (3, 12) or int(__import__("numpy").__version__.split(".")[0]) >= 2),
+                    reason="with NumPy 1.x on Python <= 3.11 Chainer imports without the hook")
+def test_check_stack_fails_and_says_why_when_chainer_does_not_import(tmp_path):
+    """What setup.sh reports (then exits 1) when the stack it installed does not import: here
+    Chainer without the hook (MNFRAME_CHAINER_HOOK=0), where it needs numpy.distutils or sctypes."""
+    proc = subprocess.run([sys.executable, CHECK_STACK], cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=180, env=dict(os.environ, MNFRAME_CHAINER_HOOK="0"))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("chainer without mnframe: chainer cannot be imported (")
+    assert proc.stderr.strip().endswith(f"Chainer 7.8.1 needs mnframe's import hook here; fix: {HOOK_FIX}")
