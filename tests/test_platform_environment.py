@@ -124,3 +124,26 @@ def test_check_stack_fails_and_says_why_when_chainer_does_not_import(tmp_path):
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("chainer without mnframe: chainer cannot be imported (")
     assert proc.stderr.strip().endswith(f"Chainer 7.8.1 needs mnframe's import hook here; fix: {HOOK_FIX}")
+
+
+class _NotInstalled:
+    """A meta path finder for which ``names`` are not installed."""
+
+    def __init__(self, *names):
+        self.names = names
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def test_optional_pillow_missing_is_one_line_naming_it(monkeypatch, tmp_path):
+    from mnframe.recipes.dcgan import data as dcgan_data
+
+    for name in [m for m in sys.modules if m == "PIL" or m.startswith("PIL.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [_NotInstalled("PIL")] + sys.meta_path)
+    with pytest.raises(DependencyError) as info:
+        dcgan_data.get_datasets(path=str(tmp_path))
+    assert str(info.value) == "PIL is not installed; fix: pip install Pillow"
