@@ -104,7 +104,7 @@ def imagenet_commands(w, run_dir):
     """(mnframe argv, peer argv) for the imagenet workload (synthetic images)."""
     p = w.params
     mnframe = _mnframe_common(w, run_dir) + [
-        'recipe=imagenet', f'model._target_=recipes.imagenet.models.{ARCH_TARGETS[p["arch"]]}',
+        'recipe=imagenet', f'model._target_=mnframe.recipes.imagenet.models.{ARCH_TARGETS[p["arch"]]}',
         f'model.width={p["width"]}', f'model.n_class={p["n_class"]}', 'dataset.source.synthetic=true',
         f'dataset.source.insize={p["insize"]}', f'dataset.source.n_class={p["n_class"]}',
         f'dataset.source.n_synthetic={p["n_synthetic"]}', 'dataset.loader=serial']

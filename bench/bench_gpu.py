@@ -69,7 +69,7 @@ VARIANT_OPTIONS = {  # "+token" of a variant -> create_communicator keyword argu
     "float32": {"allreduce_grad_dtype": "float32"},
     "batched_copy": {"batched_copy": True},
 }
-ARCH_NAMES = ("resnet50", "alex", "nin", "googlenetbn")  # keys of recipes.imagenet.models.ARCHS
+ARCH_NAMES = ("resnet50", "alex", "nin", "googlenetbn")  # keys of mnframe.recipes.imagenet.models.ARCHS
 TRAIN_COMMUNICATORS = ("pure_nccl", "non_cuda_aware")    # the first that works is used
 CPU_TRAIN_COMMUNICATORS = TRAIN_COMMUNICATORS + ("two_dimensional",)  # --cpu
 SKIP_PREFIX = "bench_gpu: skipped: no CUDA device"
@@ -373,7 +373,7 @@ def synthetic_batch(gpu, batch, insize, n_class):
     """``batch`` images (3, insize, insize) and labels from the imagenet recipe's synthetic dataset, on the GPU."""
     import chainer
 
-    from recipes.imagenet.data import get_datasets
+    from mnframe.recipes.imagenet.data import get_datasets
     train, _ = get_datasets(synthetic=True, n_synthetic=batch, insize=insize, n_class=n_class)
     x, t = chainer.dataset.concat_examples([train[i] for i in range(batch)])
     return gpu.device.send(x), gpu.device.send(t)
@@ -385,7 +385,7 @@ def run_training(world, gpu, comm_name, arch, width, n_class, x, t, warmup, iter
     import chainer
     from mpi4py import MPI
 
-    from recipes.imagenet.models import ARCHS
+    from mnframe.recipes.imagenet.models import ARCHS
     comm, model, optimizer, error = None, None, None, None
     try:
         if comm_name is not None:
@@ -430,7 +430,7 @@ def run_training(world, gpu, comm_name, arch, width, n_class, x, t, warmup, iter
 
 def bench_train(world, gpu, args):
     """Part 2: imagenet training iterations with and without gradient exchange; returns (rows, exchange share)."""
-    from recipes.imagenet.models import ARCHS
+    from mnframe.recipes.imagenet.models import ARCHS
     cls = ARCHS[args.arch]
     insize = args.insize or cls.insize
     x, t = synthetic_batch(gpu, args.batch, insize, args.n_class)

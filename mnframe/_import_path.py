@@ -52,6 +52,12 @@ def locate(path):
     try:
         obj = importlib.import_module(module_name)
     except ImportError as exc:
+        from mnframe.dependencies import missing_dependency
+        from mnframe.runtime.errors import DependencyError
+
+        problem = missing_dependency(module_name, exc)  # the module exists, a package it imports does not
+        if problem:
+            raise DependencyError(problem) from None
         return None, f"cannot import module {module_name!r} ({exc})", None
     for i, attr in enumerate(attrs):
         if not hasattr(obj, attr):

@@ -1,29 +1,30 @@
-"""Let Chainer 7.8.1 import under NumPy 2.
+"""Make sure Chainer 7.8.1 imports in this process and in its forkserver workers.
 
-Chainer 7 reads ``numpy.sctypes`` (removed in NumPy 2.0) while importing. Before
-Chainer is imported we put back an equivalent read-only table; nothing else in
-NumPy is touched, and under NumPy 1.x this is a no-op.
+The work is done by the ``_mnframe_chainer_hook`` package (see its docstring):
+it puts back ``numpy.sctypes`` under NumPy 2 and provides ``numpy.distutils``
+and ``pkg_resources`` stand-ins where they are missing, when Chainer is
+imported. Normally the ``mnframe-chainer-hook.pth`` file that mnframe installs
+has already set it up at interpreter start-up, in this process and in every
+child interpreter (spawn, forkserver): then ``apply()`` does nothing.
 
-Processes started by multiprocessing's ``forkserver`` (what mnframe picks for
-MultiprocessIterator workers under MPI) unpickle Chainer objects in a fresh
-interpreter that never ran ``import mnframe``, unless its ``__main__`` does. So
-under NumPy 2 ``apply()`` also adds ``mnframe`` to the forkserver's preload
-list: the server imports it once, and every worker forked from it inherits the
-table. (Under ``spawn``, the main module must import mnframe before chainer.)
+Without the .pth (``MNFRAME_CHAINER_HOOK=0``, or mnframe used from a checkout
+on ``PYTHONPATH``), ``apply()`` installs the hook now, so Chainer imports if it
+is imported after mnframe, and adds ``mnframe`` to multiprocessing's forkserver
+preload list: the server (which unpickles Chainer objects for
+MultiprocessIterator workers in a fresh interpreter) imports mnframe once and
+every worker forked from it has the hook. Under ``spawn`` the main module must
+then import mnframe before chainer. Importing nothing else, this stays cheap.
 """
-import numpy
 
 
 def apply():
-    if hasattr(numpy, "sctypes"):
+    try:
+        import _mnframe_chainer_hook as hook
+    except ImportError:  # mnframe's directory copied alone: Chainer's own error will say what is missing
         return
-    numpy.sctypes = {
-        "int": [numpy.int8, numpy.int16, numpy.int32, numpy.int64],
-        "uint": [numpy.uint8, numpy.uint16, numpy.uint32, numpy.uint64],
-        "float": [numpy.float16, numpy.float32, numpy.float64],
-        "complex": [numpy.complex64, numpy.complex128],
-        "others": [bool, object, bytes, str, numpy.void],
-    }
+    if hook.installed_by_pth():
+        return
+    hook.install()
     _preload_in_forkserver()
 
 

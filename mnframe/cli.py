@@ -14,7 +14,9 @@ every rank, 1 on any other failure, the whole job aborted). In a sweep
 (``-m``) a job that fails with a config error on every rank is reported and
 the next job runs; the exit status at the end is 2 (see ``Leader``). Rank 0
 writes the run's ``config.yaml`` and ``.hydra/`` once the job is accepted,
-or ``FAILED.txt`` in a new run directory when it is not.
+or ``FAILED.txt`` in a new run directory when it is not;
+before that, a dependency that does not import ends it with status 3
+(``check_environment``).
 """
 from __future__ import annotations
 
@@ -317,6 +319,22 @@ def check(argv: Sequence[str], world_size: int, has_cuda: bool = False,
     return "\n".join(lines)
 
 
+def check_environment(argv: Sequence[str]) -> None:
+    """Import what the runner needs before MPI starts; a failure is an environment
+    problem: one line (which package, why, what to install), exit 3, no traceback.
+    ``--check`` runs without MPI, so mpi4py is not required there."""
+    from mnframe.dependencies import RUNNER_MODULES, require
+    from mnframe.runtime.errors import DependencyError, ExitStatus
+
+    checking = parse_own_flags(argv)[0].check
+    modules = [m for m in RUNNER_MODULES if not (checking and m.startswith("mpi4py"))]
+    try:
+        require(modules)
+    except DependencyError as exc:
+        print(f"mnframe: {exc.label}: {exc}", file=sys.stderr)
+        sys.exit(int(ExitStatus.ENVIRONMENT))
+
+
 def _main(argv: Sequence[str]) -> None:
     opts, rest = parse_own_flags(argv)
     if opts.check:
@@ -332,6 +350,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         from mnframe.doctor import main as doctor_main
 
         sys.exit(doctor_main(argv[1:]))
+    check_environment(argv)
     from mnframe.runtime.guard import run_main
 
     sys.exit(run_main(_main, argv))

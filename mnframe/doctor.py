@@ -209,9 +209,10 @@ def main(argv: Sequence[str] = ()) -> int:
     """Run every step; rank 0 prints; 1 if any step failed (on any rank)."""
     try:
         from mpi4py import MPI
-    except Exception as exc:
-        print(Result("FAIL", "mpi4py", f"cannot import mpi4py ({exc})",
-                     fix="pip install mpi4py (with an MPI installed: MPICH or Open MPI)").render())
+    except Exception as exc:  # not installed, or installed without an MPI library to load
+        from mnframe.dependencies import MPI_FIX, mpi_load_failure
+
+        print(Result("FAIL", "mpi4py", f"cannot import mpi4py.MPI ({mpi_load_failure(exc)})", fix=MPI_FIX).render())
         return 1
     results: List[Result] = []
     for step in STEPS:

@@ -1,33 +1,52 @@
 #!/usr/bin/env bash
-# Create .venv with everything mnframe needs, on a fresh machine with Python >= 3.10.
+# Create a venv with everything mnframe needs (editable install of this
+# checkout), on a fresh machine with CPython 3.10-3.13; exits non-zero unless
+# the installed stack imports and computes.
 #
-# Chainer 7.8.1 is only published as an sdist whose setup.py imports
-# pkg_resources, so it is built without build isolation against the venv's own
-# setuptools<70; constraints.txt keeps NumPy < 2 for Chainer. MPI comes from the
-# `mpich` wheel (mpiexec lands in .venv/bin). To use a cluster's MPI instead, set
-# MNFRAME_SYSTEM_MPI=1: mpi4py is then built against the `mpicc` on PATH.
+#   PYTHON=python3.12 bash scripts/setup.sh        # the interpreter (default python3)
+#   MNFRAME_NUMPY=1|2|auto                          # NumPy line (default auto: 1.26 where
+#                                                   #   NumPy publishes wheels, i.e. Python <= 3.12; else 2.x)
+#   MNFRAME_VENV=dir                                # default .venv (.venv-np2 with MNFRAME_NUMPY=2)
+#   MNFRAME_SYSTEM_MPI=1                            # build mpi4py against the mpicc on PATH, no mpich wheel
 #
-# MNFRAME_NUMPY=2 sets up the NumPy 2 leg instead: constraints-numpy2.txt
-# (numpy>=2, setuptools<70), in MNFRAME_VENV (default .venv-np2). Chainer's
-# metadata only asks numpy>=1.9, so it installs beside NumPy 2 and imports
-# there through mnframe/_numpy_compat.py.
+# Chainer 7.8.1 is only an sdist whose setup.py imports pkg_resources, so it
+# is built without build isolation against setuptools<70, installed into the
+# venv for that (Python >= 3.12 venvs start without setuptools). At run time
+# Chainer needs neither setuptools nor numpy.distutils nor NumPy 1.x: mnframe's
+# import hook (_mnframe_chainer_hook, installed as mnframe-chainer-hook.pth)
+# supplies what it reads. MPI comes from the `mpich` wheel (mpiexec lands in
+# $VENV/bin) unless MNFRAME_SYSTEM_MPI=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-case "${MNFRAME_NUMPY:-1}" in
-  1) CONSTRAINTS=constraints.txt; NUMPY_REQ="numpy<2"; VENV=${MNFRAME_VENV:-.venv} ;;
-  2) CONSTRAINTS=constraints-numpy2.txt; NUMPY_REQ="numpy>=2"; VENV=${MNFRAME_VENV:-.venv-np2} ;;
-  *) echo "scripts/setup.sh: MNFRAME_NUMPY must be 1 or 2 (got '${MNFRAME_NUMPY}')" >&2; exit 2 ;;
+die() { echo "scripts/setup.sh: $*" >&2; exit 1; }
+command -v "$PY" >/dev/null || die "no Python '$PY' (set PYTHON=/path/to/python3.X)"
+PYVER=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+case "$PYVER" in
+  3.10|3.11|3.12|3.13) ;;
+  *) die "mnframe supports CPython 3.10-3.13, '$PY' is $PYVER" ;;
 esac
+NUMPY_LINE=${MNFRAME_NUMPY:-auto}
+if [ "$NUMPY_LINE" = auto ]; then
+  if [ "$PYVER" = 3.13 ]; then NUMPY_LINE=2; else NUMPY_LINE=1; fi
+fi
+case "$NUMPY_LINE" in
+  1|1.26) CONSTRAINTS=constraints.txt; VENV=${MNFRAME_VENV:-.venv} ;;
+  2) CONSTRAINTS=constraints-numpy2.txt; VENV=${MNFRAME_VENV:-.venv-np2} ;;
+  *) echo "scripts/setup.sh: MNFRAME_NUMPY must be 1, 2 or auto (got '${MNFRAME_NUMPY}')" >&2; exit 2 ;;
+esac
+[ "$PYVER" = 3.13 ] && [ "$NUMPY_LINE" != 2 ] && die "NumPy 1.26 has no wheels for Python 3.13: use MNFRAME_NUMPY=2"
+if [ "${MNFRAME_NUMPY:-auto}" = auto ] && [ -z "${MNFRAME_VENV:-}" ]; then VENV=.venv; fi
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
-pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
-pip install -c "$CONSTRAINTS" "setuptools<70" wheel "$NUMPY_REQ"
-# mnframe first (from this checkout): under NumPy 2 it lets Chainer import.
-if ! "$VENV/bin/python" -c "import mnframe, chainer" 2>/dev/null; then
-  pip install -c "$CONSTRAINTS" --no-build-isolation "chainer==7.8.1"
-fi
+VPY=$(cd "$VENV/bin" && pwd)/python
+[ "$("$VPY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "$PYVER" ] \
+  || die "$VENV holds another Python than $PY ($PYVER): remove it or set MNFRAME_VENV"
+pip() { "$VPY" -m pip --disable-pip-version-check -q "$@"; }
+# Build tools for Chainer's sdist and mnframe's editable install; the NumPy line.
+pip install -c "$CONSTRAINTS" "setuptools<70" wheel numpy
+pip install -c "$CONSTRAINTS" --no-build-isolation "chainer==7.8.1"
 if [ "${MNFRAME_SYSTEM_MPI:-0}" = "1" ]; then
   # Build mpi4py from source against the system MPI (mpicc on PATH).
   pip install -c "$CONSTRAINTS" --no-binary=mpi4py "mpi4py>=4"
@@ -37,4 +56,11 @@ else
   extras="mpich,recipes,test,tensorboard"
 fi
 pip install -c "$CONSTRAINTS" --no-build-isolation -e ".[$extras]"
-echo "mnframe is set up in $VENV ($("$VENV/bin/python" -c 'import mnframe, chainer, numpy, mpi4py; print("chainer", chainer.__version__, "numpy", numpy.__version__, "mpi4py", mpi4py.__version__)'))"
+
+# Prove the stack works: Chainer in a script that never imports mnframe (the
+# import hook from the .pth), then mnframe with MPI.
+if ! report=$("$VPY" scripts/check_stack.py 2>&1); then
+  echo "$report" >&2
+  die "the stack installed in $VENV does not work (see above)"
+fi
+echo "mnframe is set up in $VENV ($report)"

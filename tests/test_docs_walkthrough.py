@@ -77,7 +77,7 @@ def test_the_walkthrough_runs_as_written(project):
 
 
 def test_the_doc_states_the_data_shape_the_recipes_get():
-    from recipes.mnist.data import get_datasets
+    from mnframe.recipes.mnist.data import get_datasets
 
     train, test = get_datasets("digits")
     x, t = train[0]

@@ -17,7 +17,7 @@ ITERATIONS = 2
 SMOKE = {
     'cifar': (['model.width=0.0625', 'dataset.source.n_synthetic=16', 'dataset.batch_size=4'],
               {'main/loss', 'main/accuracy'}),
-    'imagenet': (['dataset.source.synthetic=true', 'model._target_=recipes.imagenet.models.NIN',
+    'imagenet': (['dataset.source.synthetic=true', 'model._target_=mnframe.recipes.imagenet.models.NIN',
                   'model.width=0.0625', 'model.n_class=10', 'dataset.source.n_class=10',
                   'dataset.source.insize=64', 'dataset.source.n_synthetic=16', 'dataset.batch_size=2',
                   'dataset.loader=serial'],

@@ -137,7 +137,7 @@ BAD_INPUTS = {
                      ["dataset.source.path:", "no MNIST data at '/nonexistent'"]),
     "imagenet_without_lists": (["recipe=imagenet"],
                                ["dataset.source.train, dataset.source.val:", "set synthetic=true"]),
-    "negative_size": (["model.n_units=-5"], ["model: recipes.mnist.model.MLP(n_units=-5, n_out=10) failed",
+    "negative_size": (["model.n_units=-5"], ["model: mnframe.recipes.mnist.model.MLP(n_units=-5, n_out=10) failed",
                                              "negative dimensions"]),
     "unknown_checkpoint": (["checkpoint.load=iter_99999999"],
                            ["checkpoint.load: checkpoint 'iter_99999999' is not in", "available: none"]),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The peer side of the imagenet benchmark: ChainerMN's ImageNet example against chainer's bundled chainermn.
 
-Same models (recipes.imagenet.models), data (recipes.imagenet.data, synthetic
+Same models (mnframe.recipes.imagenet.models), data (mnframe.recipes.imagenet.data, synthetic
 images by default), optimizer (MomentumSGD lr=0.01, momentum 0.9, weight decay
 1e-4) and per-rank batch size as ``python -m mnframe recipe=imagenet``. As in
 the example, rank 0 builds the dataset and ``scatter_dataset`` sends each rank
@@ -23,8 +23,8 @@ from chainer import training  # noqa: E402
 import chainermn  # noqa: E402  (the peer: chainer's bundled ChainerMN)
 
 from bench.peer import probe  # noqa: E402
-from recipes.imagenet.data import get_datasets  # noqa: E402
-from recipes.imagenet.models import ARCHS  # noqa: E402
+from mnframe.recipes.imagenet.data import get_datasets  # noqa: E402
+from mnframe.recipes.imagenet.models import ARCHS  # noqa: E402
 
 
 def main():

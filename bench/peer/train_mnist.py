@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """The peer side of the mnist benchmark: ChainerMN's MNIST example against chainer's bundled chainermn.
 
-Same model (recipes.mnist.model.MLP), data (scikit-learn digits or local
-MNIST, recipes.mnist.data), optimizer (Adam), per-rank batch size and
+Same model (mnframe.recipes.mnist.model.MLP), data (scikit-learn digits or local
+MNIST, mnframe.recipes.mnist.data), optimizer (Adam), per-rank batch size and
 scatter_dataset as ``python -m mnframe recipe=mnist``; no reporting
 extensions, only the benchmark probe (bench/peer/probe.py).
 
@@ -22,8 +22,8 @@ from chainer import training  # noqa: E402
 import chainermn  # noqa: E402  (the peer: chainer's bundled ChainerMN)
 
 from bench.peer import probe  # noqa: E402
-from recipes.mnist.data import get_datasets  # noqa: E402
-from recipes.mnist.model import MLP  # noqa: E402
+from mnframe.recipes.mnist.data import get_datasets  # noqa: E402
+from mnframe.recipes.mnist.model import MLP  # noqa: E402
 
 
 def main():

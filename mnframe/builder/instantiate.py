@@ -8,7 +8,7 @@ every rank raise that error when any rank hit one (ranks build different
 things: only rank 0 loads data for ``scatter``, each model-parallel rank builds
 its own stages). A target can blame its arguments by setting ``argument`` (a
 name or a tuple of names) on the exception it raises (``exc.argument = 'path'``,
-see ``recipes.blame``): the key is then ``key.path``.
+see ``mnframe.recipes.blame``): the key is then ``key.path``.
 """
 from __future__ import annotations
 

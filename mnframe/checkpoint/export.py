@@ -9,7 +9,7 @@ writes ``model_rank<r>.npz`` per rank ``r`` of the model group, each holding
 that rank's stages as a ``ChainList`` (keys ``0/...``, ``1/...`` in stage order).
 Load one into the same link built by hand::
 
-    model = recipes.mnist.model.MLP(n_units=1000, n_out=10)
+    model = mnframe.recipes.mnist.model.MLP(n_units=1000, n_out=10)
     chainer.serializers.load_npz("runs/mnist/<time>/model.npz", model)
 """
 import os

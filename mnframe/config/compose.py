@@ -17,7 +17,8 @@ user's ``--config-dir``) is option ``OPTION`` of group ``GROUP``, e.g. the
 mnist recipe's ``dataset=digits`` and ``model=mlp``: config that points at a
 recipe's code lives with that code.
 
-Recipes: ``recipe=NAME`` finds ``recipes/NAME/recipe.yaml`` (shipped), or in a
+Recipes: ``recipe=NAME`` finds ``recipes/NAME/recipe.yaml`` (shipped; the code
+beside it is the package ``mnframe.recipes``), or in a
 user's ``--config-dir D``: ``D/NAME.yaml``, ``D/NAME/recipe.yaml`` or Hydra's
 own ``D/recipe/NAME.yaml``. Recipe files are global packages (they set any
 section and override group choices in their ``defaults``).
@@ -35,9 +36,20 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from mnframe.config.errors import ConfigError, ConfigIssue, ConfigIssues, suggest, unknown_key_issue
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CONF_DIR = REPO_ROOT / "conf"
-RECIPES_DIR = REPO_ROOT / "recipes"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+REPO_ROOT = PACKAGE_DIR.parent
+
+
+def _shipped_dir(name: str) -> Path:
+    """``conf``/``recipes``: inside the installed package (a wheel ships them as
+    ``mnframe/conf`` and ``mnframe/recipes``, see setup.py), else at the top of the
+    checkout (the repository's layout; editable installs)."""
+    installed = PACKAGE_DIR / name
+    return installed if installed.is_dir() else REPO_ROOT / name
+
+
+CONF_DIR = _shipped_dir("conf")
+RECIPES_DIR = _shipped_dir("recipes")
 RECIPE_FILE = "recipe.yaml"
 
 

@@ -29,6 +29,8 @@ from mnframe.config import schema
 from mnframe.config.errors import ConfigIssue, join_path, raise_issues, suggest, unknown_key_issue
 from mnframe.config.extensions import ExtensionBase
 from mnframe.config.topology import check_graph
+from mnframe.dependencies import missing_dependency
+from mnframe.runtime.errors import DependencyError
 
 
 # -- pass 1: pydantic ----------------------------------------------------------

@@ -12,6 +12,7 @@ class ExitStatus(enum.IntEnum):
     OK = 0                  # training finished, or preempted after a clean checkpoint
     ERROR = 1               # an uncaught exception on some rank
     CONFIG = 2              # a configuration error (same message on every rank, no traceback)
+    ENVIRONMENT = 3         # a dependency does not import: which, why, what to install (no traceback)
     COLLECTIVE_TIMEOUT = 124  # an operation passed its deadline (like coreutils `timeout`)
     INTERRUPTED = 130       # KeyboardInterrupt (128 + SIGINT, the shell convention)
 
@@ -30,6 +31,17 @@ class ConfigError(MnframeRuntimeError, ValueError):
     """
 
     exit_status = ExitStatus.CONFIG
+
+
+class DependencyError(MnframeRuntimeError):
+    """A package mnframe or the configured code needs cannot be imported: an
+    environment problem, not a configuration one. The message names the
+    package, why it fails and what to install (``mnframe.dependencies``); it is
+    printed without a traceback and the job exits 3.
+    """
+
+    exit_status = ExitStatus.ENVIRONMENT
+    label = "environment problem"
 
 
 class CollectiveTimeout(MnframeRuntimeError, TimeoutError):

@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 
-from mnframe.runtime.errors import ConfigError, ExitStatus
+from mnframe.runtime.errors import ConfigError, DependencyError, ExitStatus
 
 _installed = False
 _aborting = threading.Lock()
@@ -101,26 +101,28 @@ def status_for(exc):
 
 def config_error_exit(exc):
     """End the job after a ConfigError: its message once (rank 0), no traceback, status 2.
+    (A DependencyError ends the same way, as an "environment problem" with status 3.)
 
     A ConfigError is meant to be raised on every rank with the same message. The
     ranks agree on that with a time-limited non-blocking barrier; if some rank
     never gets there (it raised on this rank only) we abort instead of hanging.
     """
+    status, label = int(exc.exit_status), getattr(exc, "label", "configuration error")
     mpi = _mpi()
     if mpi is None or mpi.COMM_WORLD.Get_size() == 1:
-        _write(f"mnframe: configuration error: {exc}\n")
+        _write(f"mnframe: {label}: {exc}\n")
         _flush_all()
-        os._exit(int(ExitStatus.CONFIG))
+        os._exit(status)
     world = mpi.COMM_WORLD
     req = world.Ibarrier()
     deadline = time.monotonic() + CONFIG_AGREE_TIMEOUT_S
     while not req.Test():
         if time.monotonic() > deadline:
-            abort(ExitStatus.CONFIG, f"mnframe: configuration error on {where()} "
+            abort(status, f"mnframe: {label} on {where()} "
                   f"(the other ranks did not report it):\n{exc}")
         time.sleep(0.01)
     if world.Get_rank() == 0:
-        _write(f"mnframe: configuration error: {exc}\n")
+        _write(f"mnframe: {label}: {exc}\n")
     _flush_all()
     _sentinel_explained()
     # Every rank got here: a clean finalize is possible, so no abort noise.
@@ -129,7 +131,7 @@ def config_error_exit(exc):
         mpi.Finalize()
     except Exception:
         pass
-    os._exit(int(ExitStatus.CONFIG))
+    os._exit(status)
 
 
 def _flush_all():
@@ -155,7 +157,7 @@ def _stop_watchdog():
 
 def handle_uncaught(exc_type, exc, tb, kind="uncaught exception"):
     """What the excepthooks and run_main do with an exception that ends a rank."""
-    if isinstance(exc, ConfigError):
+    if isinstance(exc, (ConfigError, DependencyError)):
         config_error_exit(exc)
     status = status_for(exc)
     if isinstance(exc, KeyboardInterrupt):

@@ -38,6 +38,9 @@ class ImageDirectoryDataset(chainer.dataset.DatasetMixin):
 def get_datasets(path=None, synthetic=True, n_synthetic=256, size=32):
     """Return ``(train, test)``; ``test`` is the first eighth of ``train`` (see above)."""
     if path is not None:
+        from mnframe.dependencies import require
+
+        require(["PIL"])  # image folders need Pillow (the `recipes` extra): say so in one line, exit 3
         path = os.path.expanduser(str(path))
         files = sorted(f for pattern in IMAGE_PATTERNS for f in glob.glob(os.path.join(path, pattern)))
         if not files:

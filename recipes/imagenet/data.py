@@ -17,7 +17,7 @@ import numpy as np
 import chainer
 from chainer.datasets import LabeledImageDataset
 
-from recipes import blame
+from mnframe.recipes import blame
 
 # Per-channel ImageNet mean (RGB, 0..255), used when no mean file is given.
 IMAGENET_CHANNEL_MEAN = np.array([123.68, 116.78, 103.94], dtype=np.float32)

@@ -2,9 +2,11 @@
 
 Two sources, chosen by ``source``:
 
-* ``'digits'``: scikit-learn's bundled 8x8 handwritten digits (1797 images, no
-  download). Pixels become float32 in [0, 1], labels int32; the train/test split
-  is a fixed permutation, so every rank and every run sees the same split.
+* ``'digits'``: the 8x8 handwritten digits scikit-learn ships (1797 images), read
+  from the copy bundled beside this module (``digits.csv.gz``, see
+  ``DIGITS_LICENSE.txt``): no download, no scikit-learn. Pixels become float32
+  in [0, 1], labels int32; the train/test split is a fixed permutation, so every rank and
+  every run sees the same split.
 * ``'mnist'``: real MNIST read from a local ``path``. Accepted layouts are
   Chainer's cache (a directory with ``train.npz``/``test.npz`` holding ``x``
   and ``y``) and Keras' single ``mnist.npz`` (``x_train``, ``y_train``,
@@ -19,7 +21,7 @@ import os
 import numpy as np
 from chainer.datasets import TupleDataset
 
-from recipes import blame
+from mnframe.recipes import blame
 from mnframe.utils.npz import load_arrays
 
 DIGITS_N_TEST = 297  # 1797 = 1500 train + 297 test
@@ -34,8 +36,13 @@ def get_datasets(source='digits', path=None):
     return loader(path)
 
 
+DIGITS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "digits.csv.gz")
+
+
 def _digits_file():
-    """Path of scikit-learn's bundled digits.csv.gz, found without importing sklearn (about 1 s)."""
+    """Path of the digits CSV: the bundled copy, else scikit-learn's (found without importing sklearn)."""
+    if os.path.isfile(DIGITS_FILE):
+        return DIGITS_FILE
     spec = importlib.util.find_spec("sklearn")
     if spec is None or not spec.submodule_search_locations:
         return None

@@ -1,4 +1,4 @@
 """The mnist_dual_parallel recipe: data x model parallelism with split communicators.
 
-It reuses the components of ``recipes.mnist_model_parallel.model``.
+It reuses the components of ``mnframe.recipes.mnist_model_parallel.model``.
 """

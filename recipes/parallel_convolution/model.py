@@ -26,7 +26,7 @@ import chainer
 import chainer.functions as F
 import chainer.links as L
 
-from recipes.cifar.models import VGG
+from mnframe.recipes.cifar.models import VGG
 
 
 class ParallelConvolution2D(chainer.Link):

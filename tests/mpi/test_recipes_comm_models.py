@@ -20,7 +20,7 @@ def comm(mpi_comm):
 def test_parallel_convolution_equals_full_convolution(comm):
     import chainer
     import chainer.functions as F
-    from recipes.parallel_convolution.model import ParallelConvolution2D
+    from mnframe.recipes.parallel_convolution.model import ParallelConvolution2D
 
     np.random.seed(0)  # the same filters on every rank
     conv = ParallelConvolution2D(comm, 3, 5, ksize=3, pad=1)
@@ -43,7 +43,7 @@ def test_parallel_convolution_equals_full_convolution(comm):
 
 def test_parallel_conv_net_runs_on_every_rank(comm):
     import chainer.links as L
-    from recipes.parallel_convolution.model import ParallelConvNet
+    from mnframe.recipes.parallel_convolution.model import ParallelConvNet
 
     np.random.seed(0)
     model = L.Classifier(ParallelConvNet(comm, n_class=10, width=0.0625))
@@ -55,8 +55,8 @@ def test_parallel_conv_net_runs_on_every_rank(comm):
 
 
 def _seq2seq_models(comm, seed=0):
-    from recipes.seq2seq.data import vocab_size
-    from recipes.seq2seq.model import Decoder, Encoder
+    from mnframe.recipes.seq2seq.data import vocab_size
+    from mnframe.recipes.seq2seq.model import Decoder, Encoder
 
     v = vocab_size(4)
     kwargs = dict(n_layers=2, n_source_vocab=v, n_target_vocab=v, n_units=8, dropout=0.0)
@@ -76,7 +76,7 @@ def test_seq2seq_split_over_two_ranks_equals_local(comm, mpi_comm, monkeypatch):
     if comm.size < 2:
         pytest.skip("the encoder and decoder need two ranks")
     import chainer
-    from recipes.seq2seq.data import get_datasets
+    from mnframe.recipes.seq2seq.data import get_datasets
 
     train, _ = get_datasets(n_train=6, n_test=1, length=4, n_symbols=4)
     xs, ys = chainer.dataset.concat_examples(train[:6])

@@ -51,7 +51,7 @@ def test_a_fault_names_the_key_and_the_blamed_argument():
     assert text.startswith("dataset.source.train, dataset.source.val: pkg.load(train=None) failed: "
                            "FileNotFoundError: no file")
     with pytest.raises(ConfigError, match=r"^model: .*MLP\(n_units=-5\) failed: ValueError: negative"):
-        I.instantiate(Component.model_validate({"_target_": "recipes.mnist.model.MLP", "n_units": -5}), path="model")
+        I.instantiate(Component.model_validate({"_target_": "mnframe.recipes.mnist.model.MLP", "n_units": -5}), path="model")
     with pytest.raises(AttributeError):  # not a configuration fault: keeps its traceback
         I.instantiate(Component.model_validate({"_target_": f"{__name__}.broken"}), path="model")
 
@@ -61,8 +61,8 @@ def broken():
 
 
 def test_recipe_data_blames_its_arguments():
-    from recipes.imagenet.data import get_datasets
-    from recipes.mnist.data import get_datasets as mnist
+    from mnframe.recipes.imagenet.data import get_datasets
+    from mnframe.recipes.mnist.data import get_datasets as mnist
 
     with pytest.raises(FileNotFoundError) as info:
         get_datasets(train="train.txt", val=None)

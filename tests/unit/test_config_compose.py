@@ -103,7 +103,7 @@ def test_user_recipe_directory(tmp_path):
     (tmp_path / "my_model.yaml").write_text(
         "# @package _global_\n"
         "defaults:\n  - override /optimizer: sgd\n"
-        "name: my_model\nmodel:\n  _target_: recipes.mnist.model.MLP\n  n_units: 16\n")
+        "name: my_model\nmodel:\n  _target_: mnframe.recipes.mnist.model.MLP\n  n_units: 16\n")
     raw = C.compose(["recipe=my_model"], [tmp_path])
     cfg = validate(raw, 1)
     assert cfg.name == "my_model" and cfg.optimizer.name == "sgd"
@@ -145,7 +145,7 @@ def test_recipe_local_options_are_group_options():
         assert option in C.list_group_options(group)
         assert not (C.CONF_DIR / group / path.name).exists(), f"{path} shadows conf/{group}/{path.name}"
     raw = C.compose(["recipe=mnist_model_parallel", "model=mlp", "dataset=mnist", "dataset.source.path=/x"])
-    assert raw["model"]["_target_"] == "recipes.mnist.model.MLP" and raw["dataset"]["source"]["source"] == "mnist"
+    assert raw["model"]["_target_"] == "mnframe.recipes.mnist.model.MLP" and raw["dataset"]["source"]["source"] == "mnist"
     assert raw["topology"]["kind"] == "model_parallel"
 
 
@@ -153,7 +153,7 @@ def test_user_recipe_folder_brings_its_own_options(tmp_path):
     (tmp_path / "toy" / "model").mkdir(parents=True)
     (tmp_path / "toy" / "recipe.yaml").write_text(
         "# @package _global_\ndefaults:\n  - override /model: tiny\nname: toy\n")
-    (tmp_path / "toy" / "model" / "tiny.yaml").write_text("_target_: recipes.mnist.model.MLP\nn_units: 8\n")
+    (tmp_path / "toy" / "model" / "tiny.yaml").write_text("_target_: mnframe.recipes.mnist.model.MLP\nn_units: 8\n")
     cfg = validate(C.compose(["recipe=toy"], [tmp_path]), 1)
     assert cfg.model.kwargs["n_units"] == 8
     assert "tiny" in C.list_group_options("model", [tmp_path])

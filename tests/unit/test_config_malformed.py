@@ -33,7 +33,7 @@ OVERRIDES = [
     (["dataset.strategy=scater"], 2, "did you mean 'scatter'"),
     (["resume=sometimes"], 1, "resume"),
     (["extensions.log_report.interval=0"], 1, "extensions.log_report.interval"),
-    (["model.n_units=-", "model._target_=recipes.mnist.model.MLPX"], 1, "model._target_"),
+    (["model.n_units=-", "model._target_=mnframe.recipes.mnist.model.MLPX"], 1, "model._target_"),
     (["optimizer.alpha=fast"], 1, "optimizer.alpha"),
     (["communicator.allreduce_grad_dtype=int8"], 1, "communicator.allreduce_grad_dtype"),
 ]
@@ -79,7 +79,7 @@ MUTATIONS = [
     ("optimzer", {}, "did you mean 'optimizer'"),
     ("trainer.devise", "cpu", "trainer.devise"),
     ("dataset.batchsize", 10, "did you mean 'batch_size'"),
-    ("dataset.source._target_", "recipes.mnist.data.no_such", "dataset.source._target_"),
+    ("dataset.source._target_", "mnframe.recipes.mnist.data.no_such", "dataset.source._target_"),
     ("dataset.source.sorce", "digits", "dataset.source.sorce"),
     ("model.n_unit", 10, "did you mean 'n_units'"),
     ("model._target_", "nosuchpackage.Model", "model._target_"),

@@ -100,7 +100,7 @@ def test_errors_of_different_checks_are_reported_together():
 def test_broken_yaml_in_config_dir_fails_only_its_recipe(tmp_path):
     (tmp_path / "broken.yaml").write_text("# @package _global_\nname: [oops\n")
     (tmp_path / "mine.yaml").write_text("# @package _global_\ndefaults:\n  - override /optimizer: sgd\n"
-                                        "name: mine\nmodel: {_target_: recipes.mnist.model.MLP, n_units: 8}\n")
+                                        "name: mine\nmodel: {_target_: mnframe.recipes.mnist.model.MLP, n_units: 8}\n")
     assert validate(C.compose(["recipe=mnist"], [tmp_path]), 1).name == "mnist"
     assert validate(C.compose(["recipe=mine"], [tmp_path]), 1).name == "mine"
     with pytest.raises(ConfigError) as info:

@@ -4,7 +4,7 @@ import pytest
 from mnframe.config.schema import ModelParallelTopology
 from mnframe.config.topology import check_graph, describe, rank_schedule, render_png, replicas
 
-T = "recipes.mnist_model_parallel.model.MLP1Middle"
+T = "mnframe.recipes.mnist_model_parallel.model.MLP1Middle"
 
 
 def _stage(rank_in, rank_out):

@@ -4,9 +4,9 @@ import pytest
 from mnframe._import_path import locate, resolve
 
 
-@pytest.mark.parametrize("path", ["recipes.mnist.model:MLP", "recipes.mnist.model.MLP"])
+@pytest.mark.parametrize("path", ["mnframe.recipes.mnist.model:MLP", "mnframe.recipes.mnist.model.MLP"])
 def test_both_spellings_name_the_same_object(path):
-    from recipes.mnist.model import MLP
+    from mnframe.recipes.mnist.model import MLP
 
     assert resolve(path) is MLP
     assert locate(path) == (MLP, None, None)
@@ -24,8 +24,8 @@ def test_modules_and_nested_attributes():
 @pytest.mark.parametrize("path,problem,hint", [
     ("foo", "not a dotted path", None),
     ("nosuchpkg.mod.Thing", "cannot import module 'nosuchpkg.mod'", None),
-    ("recipes.mnist.model.MPL", "module 'recipes.mnist.model' has no attribute 'MPL'", "MLP"),
-    ("recipes.mnist.model:MPL", "module 'recipes.mnist.model' has no attribute 'MPL'", "MLP"),
+    ("mnframe.recipes.mnist.model.MPL", "module 'mnframe.recipes.mnist.model' has no attribute 'MPL'", "MLP"),
+    ("mnframe.recipes.mnist.model:MPL", "module 'mnframe.recipes.mnist.model' has no attribute 'MPL'", "MLP"),
 ])
 def test_locate_says_what_is_wrong(path, problem, hint):
     obj, text, suggestion = locate(path)
@@ -39,6 +39,6 @@ def test_the_validator_and_the_builders_use_it():
     from mnframe.config.validate import check_target
 
     assert instantiate.import_target is resolve
-    assert check_target("model", "recipes.mnist.model:MLP", {"n_units": 3}) == []
-    issues = check_target("model", "recipes.mnist.model:MLP", {"n_unit": 3})
+    assert check_target("model", "mnframe.recipes.mnist.model:MLP", {"n_units": 3}) == []
+    issues = check_target("model", "mnframe.recipes.mnist.model:MLP", {"n_unit": 3})
     assert [i.path for i in issues] == ["model.n_unit"] and issues[0].suggestion == "n_units"

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from recipes.cifar import data as cifar_data
-from recipes.dcgan import data as dcgan_data
-from recipes.imagenet import data as imagenet_data
-from recipes.mnist import data as mnist_data
-from recipes.parallel_convolution import data as pconv_data
-from recipes.seq2seq import data as seq2seq_data
+from mnframe.recipes.cifar import data as cifar_data
+from mnframe.recipes.dcgan import data as dcgan_data
+from mnframe.recipes.imagenet import data as imagenet_data
+from mnframe.recipes.mnist import data as mnist_data
+from mnframe.recipes.parallel_convolution import data as pconv_data
+from mnframe.recipes.seq2seq import data as seq2seq_data
 
 
 def _arrays(dataset):

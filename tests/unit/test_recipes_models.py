@@ -9,11 +9,11 @@ import pytest
 import chainer
 import chainer.links as L
 
-from recipes.cifar.models import VGG
-from recipes.dcgan.models import Discriminator, Generator
-from recipes.imagenet.models import ARCHS
-from recipes.mnist.model import MLP
-from recipes.mnist_model_parallel.model import MLP0Head, MLP0Tail, MLP1Middle
+from mnframe.recipes.cifar.models import VGG
+from mnframe.recipes.dcgan.models import Discriminator, Generator
+from mnframe.recipes.imagenet.models import ARCHS
+from mnframe.recipes.mnist.model import MLP
+from mnframe.recipes.mnist_model_parallel.model import MLP0Head, MLP0Tail, MLP1Middle
 
 
 def _backward_fills_grads(link, loss):
@@ -96,8 +96,8 @@ def _fake_functions(monkeypatch):
 
 
 def test_seq2seq_encoder_decoder_in_one_process(monkeypatch):
-    from recipes.seq2seq.data import get_datasets, vocab_size
-    from recipes.seq2seq.model import Decoder, Encoder
+    from mnframe.recipes.seq2seq.data import get_datasets, vocab_size
+    from mnframe.recipes.seq2seq.model import Decoder, Encoder
 
     _fake_functions(monkeypatch)
     v = vocab_size(4)
@@ -114,7 +114,7 @@ def test_seq2seq_encoder_decoder_in_one_process(monkeypatch):
 
 
 def test_parallel_convolution_slices_cover_all_channels(monkeypatch):
-    from recipes.parallel_convolution.model import ParallelConvNet, ParallelConvolution2D
+    from mnframe.recipes.parallel_convolution.model import ParallelConvNet, ParallelConvolution2D
 
     _fake_functions(monkeypatch)
     for size in (1, 2, 3, 5):
