@@ -89,6 +89,9 @@ SETTINGS = (
             "whether the MPI library is CUDA-aware", optional_flag, None),
     Setting("MNFRAME_FAKE_NODE_SIZE", "positive integer", "unset",
             "testing: split one machine into fake nodes of this many ranks", positive_int, None),
+    Setting("MNFRAME_CHAINER_HOOK", "flag", "1",
+            "`0`: the site-packages .pth does not install the Chainer import hook (`import mnframe` "
+            "still does, see README \"NumPy 2\")", flag, True),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 # Read by scripts/setup.sh and the test-suite, not by the library: never warned about.
