@@ -228,3 +228,29 @@ def test_alias_refuses_when_the_peer_is_already_imported():
             "try:\n    install_alias()\nexcept RuntimeError as e:\n    print('REFUSED', 'already imported' in str(e))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "REFUSED True" in result.stdout, result.stderr[-3000:]
+
+
+def test_checkpoint_stats_and_filename_helpers():
+    import mnframe
+    from mnframe.extensions.checkpoint import _CheckpointStats, create_multi_node_checkpointer
+    stats = _CheckpointStats()
+    assert stats.report() == "count=0"
+    for _ in range(3):
+        stats.start()
+        stats.end()
+    assert stats.report().startswith("count=3, mean_s=")
+    with pytest.raises(RuntimeError, match="without start"):
+        stats.end()
+    checkpointer = create_multi_node_checkpointer("hoge", mnframe.create_communicator("naive"))
+    names = checkpointer._filenames([7, 123])
+    assert names == ["hoge.0.7", "hoge.0.123"]
+    assert list(checkpointer._parse_filenames(names + ["other.0.1", "hoge.0.x"])) == [("hoge", 0, 7), ("hoge", 0, 123)]
+
+
+def test_iterator_control_message_codec_and_scatter_index():
+    from mnframe.datasets.scatter import _scatter_index
+    from mnframe.iterators.multi_node_iterator import _build_ctrl_msg, _parse_ctrl_msg
+    msg = _build_ctrl_msg(True, False, True, False, 42)
+    assert _parse_ctrl_msg(msg) == (True, False, True, False, 42)
+    np.testing.assert_array_equal(_build_ctrl_msg(*_parse_ctrl_msg(msg)), msg)
+    assert list(_scatter_index(10, 3, False)) == [(0, 0, 4), (1, 4, 7), (2, 7, 10)]
