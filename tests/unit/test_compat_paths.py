@@ -205,7 +205,8 @@ import chainermn.communicators.naive_communicator as nc
 from chainermn.communicators.naive_communicator import NaiveCommunicator
 import mnframe.communicators.naive
 assert NaiveCommunicator is mnframe.communicators.naive.NaiveCommunicator
-assert not any(getattr(m, "__file__", "") and "site-packages/chainermn" in m.__file__ for m in list(sys.modules.values()))
+peer_files = [m.__file__ for m in list(sys.modules.values()) if getattr(m, "__file__", None)]
+assert not any("site-packages/chainermn" in f for f in peer_files), "the peer package was imported"
 try:
     import chainermn.no_such_module
 except ModuleNotFoundError as e:
@@ -225,7 +226,8 @@ def test_every_peer_path_imports_through_the_alias_as_the_mnframe_module():
 
 def test_alias_refuses_when_the_peer_is_already_imported():
     code = ("import chainermn.datasets.empty_dataset\nfrom mnframe.compat import install_alias\n"
-            "try:\n    install_alias()\nexcept RuntimeError as e:\n    print('REFUSED', 'already imported' in str(e))\n")
+            "try:\n    install_alias()\n"
+            "except RuntimeError as e:\n    print('REFUSED', 'already imported' in str(e))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "REFUSED True" in result.stdout, result.stderr[-3000:]
 
@@ -244,7 +246,8 @@ def test_checkpoint_stats_and_filename_helpers():
     checkpointer = create_multi_node_checkpointer("hoge", mnframe.create_communicator("naive"))
     names = checkpointer._filenames([7, 123])
     assert names == ["hoge.0.7", "hoge.0.123"]
-    assert list(checkpointer._parse_filenames(names + ["other.0.1", "hoge.0.x"])) == [("hoge", 0, 7), ("hoge", 0, 123)]
+    parsed = list(checkpointer._parse_filenames(names + ["other.0.1", "hoge.0.x"]))
+    assert parsed == [("hoge", 0, 7), ("hoge", 0, 123)]
 
 
 def test_iterator_control_message_codec_and_scatter_index():
