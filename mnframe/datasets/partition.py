@@ -42,3 +42,9 @@ def shard_indices(order, begin, end):
     if order is None:
         return slice(begin, end)
     return order[begin:end]
+
+
+def iter_shard_ranges(n_total_samples, size, force_equal_length):
+    """``(rank, begin, end)`` for each rank: ChainerMN's private ``scatter._scatter_index`` generator."""
+    for rank, (begin, end) in enumerate(shard_ranges(n_total_samples, size, force_equal_length)):
+        yield rank, begin, end

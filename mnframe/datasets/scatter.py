@@ -236,3 +236,15 @@ def scatter_index(n_total_samples, comm, root=0, *, force_equal_length=True):
         ranges = partition.shard_ranges(int(n_total_samples), mpi.size, force_equal_length)
     with oplog.op("scatter_index", peer=root):
         return tuple(mpi.scatter(ranges, root=root))
+
+
+# ChainerMN's private name for the partition generator (its tests call it).
+_scatter_index = partition.iter_shard_ranges
+
+
+def __getattr__(name):
+    # ChainerMN's deprecated helpers live in epochs.py (which imports this module).
+    if name in ("get_n_iterations_for_one_epoch", "get_epoch_trigger"):
+        from mnframe.datasets import epochs
+        return getattr(epochs, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -233,6 +233,17 @@ class MultiNodeCheckpointer(extension.Extension):
     def _filename(self, iteration):
         return f"{self.name}.{self.rank}.{iteration}"
 
+    def _filenames(self, iterations):
+        """This rank's file names for ``iterations`` (ChainerMN's helper of the same name)."""
+        return [self._filename(i) for i in iterations]
+
+    def _parse_filenames(self, filenames):
+        """``(name, rank, iteration)`` of each checkpoint file name of this checkpointer, others skipped."""
+        for fname in filenames:
+            m = self._pattern.match(fname)
+            if m:
+                yield self.name, int(m.group(1)), int(m.group(2))
+
     def _directory(self, target):
         if self.path is None:
             out = getattr(target, "out", None)

@@ -1,0 +1,84 @@
+"""``chainermn`` -> ``mnframe``: an import alias through a meta-path finder.
+
+``install_alias()`` puts ``ChainermnAliasFinder`` first on ``sys.meta_path``.
+For ``chainermn`` and every ``chainermn.x.y`` it finds ``mnframe.x.y`` and its
+loader hands back mnframe's module object itself, so ``chainermn.x.y is
+mnframe.x.y`` and classes, isinstance checks and pickles are mnframe's. A path
+mnframe does not have raises ModuleNotFoundError naming both modules: the
+``chainermn`` package Chainer installs is never imported in its place.
+"""
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
+ALIASED_PACKAGE = "chainermn"
+TARGET_PACKAGE = "mnframe"
+
+
+def target_name(fullname):
+    """``chainermn.x.y`` -> ``mnframe.x.y``; None for names outside ``chainermn``."""
+    if fullname == ALIASED_PACKAGE:
+        return TARGET_PACKAGE
+    if fullname.startswith(ALIASED_PACKAGE + "."):
+        return TARGET_PACKAGE + fullname[len(ALIASED_PACKAGE):]
+    return None
+
+
+class _AliasLoader(importlib.abc.Loader):
+    """Returns the already imported mnframe module; there is nothing to execute."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def create_module(self, spec):
+        return importlib.import_module(self.target)
+
+    def exec_module(self, module):
+        pass
+
+
+class ChainermnAliasFinder(importlib.abc.MetaPathFinder):
+    """Finds ``chainermn.*`` modules as the mnframe modules of the same path."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        mnframe_name = target_name(fullname)
+        if mnframe_name is None:
+            return None
+        try:
+            found = importlib.util.find_spec(mnframe_name)
+        except ModuleNotFoundError:
+            found = None
+        if found is None:
+            raise ModuleNotFoundError(f"No module named {fullname!r}: running ChainerMN code on mnframe, which has "
+                                      f"no module {mnframe_name!r}", name=fullname)
+        return importlib.util.spec_from_loader(fullname, _AliasLoader(mnframe_name),
+                                               is_package=found.submodule_search_locations is not None)
+
+
+_finder = ChainermnAliasFinder()
+
+
+def install_alias():
+    """Make ``import chainermn...`` give mnframe's modules from now on (idempotent).
+
+    Raises RuntimeError if ChainerMN's own package is already imported in this
+    process: its modules would stay in use beside mnframe's.
+    """
+    if _finder in sys.meta_path:
+        return
+    loaded = sorted(name for name, mod in sys.modules.items()
+                    if target_name(name) and mod is not None
+                    and getattr(mod, "__name__", name) == name)
+    if loaded:
+        raise RuntimeError(f"ChainerMN's own modules are already imported ({', '.join(loaded[:3])}...); "
+                           f"install the alias before anything imports chainermn")
+    sys.meta_path.insert(0, _finder)
+
+
+def uninstall_alias():
+    """Remove the finder and forget the aliased ``chainermn`` names (mnframe stays imported)."""
+    if _finder in sys.meta_path:
+        sys.meta_path.remove(_finder)
+    for name in [n for n in sys.modules if target_name(n)]:
+        del sys.modules[name]
