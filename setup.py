@@ -8,6 +8,7 @@
   (code, recipe YAML, bundled data). ``mnframe/config/compose.py`` finds them
   there, or in the checkout for an editable install.
 """
+
 import os
 
 from setuptools import find_packages, setup
@@ -38,6 +39,7 @@ try:
 except ImportError:  # setuptools < 64: no PEP 660 editable installs (import mnframe still installs the hook)
     pass
 else:
+
     class EditableWheelWithPth(editable_wheel):
         # Every file under the unpacked directory goes into the editable wheel.
         def _install_namespaces(self, installation_dir, pth_prefix):
@@ -58,8 +60,7 @@ conf_packages = _conf_packages()
 
 setup(
     cmdclass=cmdclass,
-    packages=find_packages(include=["mnframe", "mnframe.*", "_mnframe_chainer_hook"]) + recipe_packages
-    + conf_packages,
+    packages=find_packages(include=["mnframe", "mnframe.*", "_mnframe_chainer_hook"]) + recipe_packages + conf_packages,
     package_dir={"mnframe.recipes": "recipes", "mnframe.conf": "conf"},
     package_data={
         **{p: ["*.yaml"] for p in conf_packages},

@@ -25,6 +25,7 @@ This is a top-level package, not part of ``mnframe``, so that the .pth line
 does not import mnframe (or NumPy) into every interpreter; the stand-ins live
 in ``stand_ins.py``, imported only when one is needed.
 """
+
 import sys
 
 ENV_SWITCH = "MNFRAME_CHAINER_HOOK"
@@ -104,6 +105,7 @@ class _PatchingLoader:
 
 
 # -- what Chainer needs ----------------------------------------------------------
+
 
 def provide_for_chainer():
     """Put back ``numpy.sctypes``; add stand-ins for modules that cannot be

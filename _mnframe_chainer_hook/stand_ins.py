@@ -8,6 +8,7 @@ Chainer 7.8.1: ``chainer/_environment_check.py`` calls
 ``VersionConflict``; ``chainer/testing/helper.py`` and ``doctest_helper.py`` call
 ``pkg_resources.WorkingSet().require`` and catch ``ResolutionError``.
 """
+
 import importlib.metadata
 import re
 import sys
@@ -36,10 +37,18 @@ def numpy_distutils(numpy):
 
 def pkg_resources():
     """A ``pkg_resources`` module holding this module's public names below."""
-    module = types.ModuleType("pkg_resources", "mnframe's stand-in: only what Chainer 7.8.1 uses "
-                                               "(see _mnframe_chainer_hook)")
-    for name in ("ResolutionError", "DistributionNotFound", "VersionConflict", "Distribution",
-                 "get_distribution", "require", "WorkingSet"):
+    module = types.ModuleType(
+        "pkg_resources", "mnframe's stand-in: only what Chainer 7.8.1 uses (see _mnframe_chainer_hook)"
+    )
+    for name in (
+        "ResolutionError",
+        "DistributionNotFound",
+        "VersionConflict",
+        "Distribution",
+        "get_distribution",
+        "require",
+        "WorkingSet",
+    ):
         setattr(module, name, getattr(sys.modules[__name__], name))
     return {"pkg_resources": module}
 
@@ -47,6 +56,7 @@ def pkg_resources():
 # -- the pkg_resources names ------------------------------------------------------
 # Requirements are "name[extras] specifiers"; the dependencies of a distribution
 # are not resolved (Chainer only asks "is it installed, which version").
+
 
 class ResolutionError(Exception):
     """A requirement cannot be met."""
@@ -79,7 +89,7 @@ def get_distribution(name):
 def require(*requirements):
     found = []
     for requirement in requirements:
-        for line in ([requirement] if isinstance(requirement, str) else requirement):
+        for line in [requirement] if isinstance(requirement, str) else requirement:
             name, clauses = _split(line)
             dist = get_distribution(name)
             if not all(satisfies(dist.version, op, want) for op, want in clauses):
@@ -97,8 +107,11 @@ class WorkingSet:
 
 _REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*([^;]*)")
 _CLAUSE = re.compile(r"\s*(~=|===|==|!=|<=|>=|<|>)\s*([^\s,]+)\s*")
-_VERSION = re.compile(r"v?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|c|rc|alpha|beta|pre|preview)[-_.]?(\d*))?"
-                      r"(?:-(\d+)|[-_.]?(?:post|rev|r)[-_.]?(\d*))?(?:[-_.]?dev[-_.]?(\d*))?", re.I)
+_VERSION = re.compile(
+    r"v?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|c|rc|alpha|beta|pre|preview)[-_.]?(\d*))?"
+    r"(?:-(\d+)|[-_.]?(?:post|rev|r)[-_.]?(\d*))?(?:[-_.]?dev[-_.]?(\d*))?",
+    re.I,
+)
 _WIDTH = 8  # release segments compared
 
 
@@ -138,11 +151,17 @@ def satisfies(version, op, want):
     have = version_key(version)
     if want.endswith(".*"):  # ==X.Y.* / !=X.Y.*
         prefix = tuple(int(p) for p in want[:-2].split("."))
-        same = have[0][:len(prefix)] == prefix
+        same = have[0][: len(prefix)] == prefix
         return same if op == "==" else not same
     need = version_key(want)
     if op == "~=":
-        prefix = need[0][:len(_VERSION.match(want).group(1).split(".")) - 1]
-        return have >= need and have[0][:len(prefix)] == prefix
-    return {"==": have == need, "!=": have != need, "<=": have <= need,
-            ">=": have >= need, "<": have < need, ">": have > need}[op]
+        prefix = need[0][: len(_VERSION.match(want).group(1).split(".")) - 1]
+        return have >= need and have[0][: len(prefix)] == prefix
+    return {
+        "==": have == need,
+        "!=": have != need,
+        "<=": have <= need,
+        ">=": have >= need,
+        "<": have < need,
+        ">": have > need,
+    }[op]

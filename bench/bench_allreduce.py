@@ -19,6 +19,7 @@ over ranks of one call; medians are printed with ratios and the issue-8
 verdicts for the default communicator.
 ``--small``: a tiny model and few repeats, correctness only (for CI).
 """
+
 import argparse
 import os
 import statistics
@@ -71,8 +72,11 @@ def set_grads(model, base, rank, keep=None):
 
 def check(model, base, label):
     want = (WORLD.size + 1) / 2
-    bad = [n for (n, p), b in zip(sorted(model.namedparams()), base)
-           if not np.allclose(p.grad, b * want, rtol=1e-5, atol=1e-6)]
+    bad = [
+        n
+        for (n, p), b in zip(sorted(model.namedparams()), base)
+        if not np.allclose(p.grad, b * want, rtol=1e-5, atol=1e-6)
+    ]
     bad = WORLD.allgather(bad[:3])
     if any(bad):
         raise AssertionError(f"{label}: wrong averaged gradients, e.g. {[b for b in bad if b][0]}")
@@ -108,6 +112,7 @@ def run_round_robin(contenders, repeat, warmup):
 def mnframe_contenders(name, model, base):
     """Two contenders per communicator, each on its own copy of the model."""
     import mnframe as chainermn
+
     out = []
     for mode in ("resident", "fresh"):
         comm = chainermn.create_communicator(name)
@@ -115,13 +120,15 @@ def mnframe_contenders(name, model, base):
         set_grads(m, base, WORLD.rank)
         fresh = (lambda m=m, keep=[]: set_grads(m, base, WORLD.rank, keep)) if mode == "fresh" else None
         checker = None if name == "dummy" else (lambda m=m, lbl=f"{name} {mode}": check(m, base, lbl))
-        out.append(Contender(f"mnframe {name} ({mode})", lambda c=comm, m=m: c.allreduce_grad(m),
-                             before=fresh, check=checker))
+        out.append(
+            Contender(f"mnframe {name} ({mode})", lambda c=comm, m=m: c.allreduce_grad(m), before=fresh, check=checker)
+        )
     return out
 
 
 def peer_contender(model, base):
     import chainermn  # the bundled peer, benchmark only
+
     comm = chainermn.create_communicator("naive")
     m = model.copy(mode="copy")
     set_grads(m, base, WORLD.rank)
@@ -133,8 +140,10 @@ def peer_contender(model, base):
 def raw_contenders(nbytes):
     a = np.ones(nbytes // 4, np.float32)
     b = np.empty_like(a)
-    out = [Contender("MPI.Allreduce in place", lambda: WORLD.Allreduce(MPI.IN_PLACE, a)),
-           Contender("numpy.copyto", lambda: np.copyto(b, a))]
+    out = [
+        Contender("MPI.Allreduce in place", lambda: WORLD.Allreduce(MPI.IN_PLACE, a)),
+        Contender("numpy.copyto", lambda: np.copyto(b, a)),
+    ]
     try:
         import torch
         import torch.distributed as dist
@@ -172,8 +181,10 @@ def main():
 
 def report(results, nbytes, args):
     default = registry.default_name()
-    print(f"allreduce_grad of {nbytes / 1e6:.1f} MB on {WORLD.size} ranks, median of {args.repeat} "
-          f"(default communicator: {default})")
+    print(
+        f"allreduce_grad of {nbytes / 1e6:.1f} MB on {WORLD.size} ranks, median of {args.repeat} "
+        f"(default communicator: {default})"
+    )
     peer = results["chainermn naive"]
     for label, t in results.items():
         print(f"  {label:38s} {t * 1e3:9.2f} ms   x{t / peer:5.2f} of chainermn naive")
@@ -188,13 +199,17 @@ def report(results, nbytes, args):
         ("<= 1.5 x numpy.copyto", d, 1.5 * results["numpy.copyto"]),
     ]
     for what, t, limit in targets:
-        print(f"  {default} (resident) {what}: {t * 1e3:.2f} ms vs {limit * 1e3:.2f} ms -> "
-              f"{'PASS' if t <= limit else 'FAIL'}")
-    for what, t, limit in targets:
-        print(f"  {default} (fresh)    {what}: {d_fresh * 1e3:.2f} ms vs {limit * 1e3:.2f} ms -> "
-              f"{'PASS' if d_fresh <= limit else 'FAIL'}")
+        print(
+            f"  {default} (resident) {what}: {t * 1e3:.2f} ms vs {limit * 1e3:.2f} ms -> "
+            f"{'PASS' if t <= limit else 'FAIL'}"
+        )
+    for what, _t, limit in targets:
+        print(
+            f"  {default} (fresh)    {what}: {d_fresh * 1e3:.2f} ms vs {limit * 1e3:.2f} ms -> "
+            f"{'PASS' if d_fresh <= limit else 'FAIL'}"
+        )
     slower = [k for k, t in results.items() if k.startswith("mnframe") and "dummy" not in k and t > peer]
-    verdict = 'PASS' if not slower else 'FAIL ' + str(slower)
+    verdict = "PASS" if not slower else "FAIL " + str(slower)
     print(f"  every mnframe communicator no slower than chainermn naive: {verdict}")
 
 

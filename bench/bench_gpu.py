@@ -45,6 +45,7 @@ two_dimensional): a check of the script itself on machines without a GPU,
 e.g. ``mpiexec -n 2 python bench/bench_gpu.py --cpu --small``. Its figures are
 not GPU figures.
 """
+
 import argparse
 import os
 import socket
@@ -60,8 +61,17 @@ import mnframe  # noqa: E402  (applies the NumPy compatibility shim before chain
 # Nothing below imports CuPy, Chainer or mpi4py at module level: main() does,
 # after it has checked that CUDA is there.
 
-DEFAULT_VARIANTS = ("pure_nccl", "pure_nccl+batched_copy", "pure_nccl+fp16", "hierarchical",
-                    "two_dimensional", "single_node", "non_cuda_aware", "flat", "naive")
+DEFAULT_VARIANTS = (
+    "pure_nccl",
+    "pure_nccl+batched_copy",
+    "pure_nccl+fp16",
+    "hierarchical",
+    "two_dimensional",
+    "single_node",
+    "non_cuda_aware",
+    "flat",
+    "naive",
+)
 VARIANT_OPTIONS = {  # "+token" of a variant -> create_communicator keyword arguments
     "fp16": {"allreduce_grad_dtype": "float16"},
     "float16": {"allreduce_grad_dtype": "float16"},
@@ -70,12 +80,13 @@ VARIANT_OPTIONS = {  # "+token" of a variant -> create_communicator keyword argu
     "batched_copy": {"batched_copy": True},
 }
 ARCH_NAMES = ("resnet50", "alex", "nin", "googlenetbn")  # keys of mnframe.recipes.imagenet.models.ARCHS
-TRAIN_COMMUNICATORS = ("pure_nccl", "non_cuda_aware")    # the first that works is used
+TRAIN_COMMUNICATORS = ("pure_nccl", "non_cuda_aware")  # the first that works is used
 CPU_TRAIN_COMMUNICATORS = TRAIN_COMMUNICATORS + ("two_dimensional",)  # --cpu
 SKIP_PREFIX = "bench_gpu: skipped: no CUDA device"
 
 
 # ---------------------------------------------------------------- pure helpers
+
 
 def parse_variant(spec):
     """A variant spec -> ``(communicator name, create_communicator keyword arguments)``.
@@ -88,8 +99,9 @@ def parse_variant(spec):
     kwargs = {}
     for token in tokens:
         if token not in VARIANT_OPTIONS:
-            raise ValueError(f"communicator variant {spec!r}: unknown option {token!r} "
-                             f"(known: {', '.join(sorted(VARIANT_OPTIONS))})")
+            raise ValueError(
+                f"communicator variant {spec!r}: unknown option {token!r} (known: {', '.join(sorted(VARIANT_OPTIONS))})"
+            )
         kwargs.update(VARIANT_OPTIONS[token])
     return name, kwargs
 
@@ -120,7 +132,7 @@ def short_reason(exc, limit=90):
     """One short line for an exception: ``Type: first line of the message`` (cut at ``limit``)."""
     lines = str(exc).strip().splitlines()
     text = f"{type(exc).__name__}: {lines[0]}" if lines and lines[0].strip() else type(exc).__name__
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def first_failure(reasons):
@@ -167,11 +179,13 @@ def format_table(head, rows):
 def cuda_problem():
     """None when CuPy sees a CUDA device here, else a short reason (mnframe's one CUDA probe)."""
     from mnframe import cuda_env
+
     info = cuda_env.probe()
     return None if info.usable else (info.problem or "no device visible to CuPy")
 
 
 # ---------------------------------------------------------------- GPU side
+
 
 class Gpu:
     """The rank's GPU: index, name, ``xp`` (cupy), ``device`` (Chainer's) and ``sync()`` (wait for all its work)."""
@@ -179,6 +193,7 @@ class Gpu:
     def __init__(self, index):
         import chainer
         import cupy
+
         self.xp = cupy
         self.index = index
         self.cuda_device = cupy.cuda.Device(index)
@@ -209,6 +224,7 @@ class CpuStandIn:
     def __init__(self):
         import chainer
         import numpy
+
         self.xp = numpy
         self.index, self.name, self.bus_id = "-", "CPU stand-in", "-"
         self.device = chainer.get_device("@numpy")
@@ -222,6 +238,7 @@ class CpuStandIn:
 
 def versions():
     import cupy
+
     parts = [f"CuPy {cupy.__version__}"]
     try:
         v = cupy.cuda.runtime.runtimeGetVersion()
@@ -230,6 +247,7 @@ def versions():
         pass
     try:
         from cupy.cuda import nccl
+
         v = nccl.get_version()
         parts.append(f"NCCL {v // 10000}.{v // 100 % 100}.{v % 100}" if v >= 10000 else f"NCCL {v}")
     except Exception:
@@ -285,15 +303,21 @@ def bench_allreduce(world, gpu, variants, small, repeat, warmup):
     params = sorted(model.namedparams())
     nbytes = sum(int(b.nbytes) for b in base)
     if world.rank == 0:
-        print(f"\nallreduce_grad (multi_node_mean_grad) of {'a tiny' if small else 'ResNet-50-shaped'} gradient "
-              f"set: {len(params)} arrays, {nbytes / 1e6:.1f} MB float32, fresh {gpu.xp.__name__} gradient arrays "
-              f"before every call; {world.size} rank(s); median and min of {repeat} after {warmup} warm-up "
-              f"call(s); time = max over ranks, device synchronized", flush=True)
+        print(
+            f"\nallreduce_grad (multi_node_mean_grad) of {'a tiny' if small else 'ResNet-50-shaped'} gradient "
+            f"set: {len(params)} arrays, {nbytes / 1e6:.1f} MB float32, fresh {gpu.xp.__name__} gradient arrays "
+            f"before every call; {world.size} rank(s); median and min of {repeat} after {warmup} warm-up "
+            f"call(s); time = max over ranks, device synchronized",
+            flush=True,
+        )
         if world.size == 1:
-            print("note: on one rank multi_node_mean_grad has nothing to exchange (it returns after its "
-                  "checks), so nothing is checked; run one rank per GPU with mpiexec, or several ranks "
-                  "on one GPU with MNFRAME_FAKE_NODE_SIZE=1 (hierarchical, two_dimensional: NCCL in each "
-                  "one-rank node, MPI between them)", flush=True)
+            print(
+                "note: on one rank multi_node_mean_grad has nothing to exchange (it returns after its "
+                "checks), so nothing is checked; run one rank per GPU with mpiexec, or several ranks "
+                "on one GPU with MNFRAME_FAKE_NODE_SIZE=1 (hierarchical, two_dimensional: NCCL in each "
+                "one-rank node, MPI between them)",
+                flush=True,
+            )
     rows, failed = [], False
     keep = []
     for spec in variants:
@@ -352,8 +376,17 @@ def bench_allreduce(world, gpu, variants, small, repeat, warmup):
             verdict = "FAIL" if bad else "PASS"
             note = f"wrong mean: {bad}" if bad else ""
         failed = failed or bool(bad)
-        rows.append([spec, wire, fmt(median * 1e3, ".2f"), fmt(min(times) * 1e3, ".2f"),
-                     fmt(bus_bandwidth_gbps(wire_bytes, median, world.size), ".1f"), verdict, note])
+        rows.append(
+            [
+                spec,
+                wire,
+                fmt(median * 1e3, ".2f"),
+                fmt(min(times) * 1e3, ".2f"),
+                fmt(bus_bandwidth_gbps(wire_bytes, median, world.size), ".1f"),
+                verdict,
+                note,
+            ]
+        )
     for _, p in params:
         p.grad = None
     keep.clear()
@@ -374,6 +407,7 @@ def synthetic_batch(gpu, batch, insize, n_class):
     import chainer
 
     from mnframe.recipes.imagenet.data import get_datasets
+
     train, _ = get_datasets(synthetic=True, n_synthetic=batch, insize=insize, n_class=n_class)
     x, t = chainer.dataset.concat_examples([train[i] for i in range(batch)])
     return gpu.device.send(x), gpu.device.send(t)
@@ -386,6 +420,7 @@ def run_training(world, gpu, comm_name, arch, width, n_class, x, t, warmup, iter
     from mpi4py import MPI
 
     from mnframe.recipes.imagenet.models import ARCHS
+
     comm, model, optimizer, error = None, None, None, None
     try:
         if comm_name is not None:
@@ -431,41 +466,48 @@ def run_training(world, gpu, comm_name, arch, width, n_class, x, t, warmup, iter
 def bench_train(world, gpu, args):
     """Part 2: imagenet training iterations with and without gradient exchange; returns (rows, exchange share)."""
     from mnframe.recipes.imagenet.models import ARCHS
+
     cls = ARCHS[args.arch]
     insize = args.insize or cls.insize
     x, t = synthetic_batch(gpu, args.batch, insize, args.n_class)
     if world.rank == 0:
-        print(f"\nimagenet training iteration: {cls.__name__} (width {args.width}, {args.n_class} classes), "
-              f"{args.batch} synthetic {insize}x{insize} images per rank, MomentumSGD + weight decay, "
-              f"create_multi_node_optimizer; {args.train_warmup} warm-up + {args.iterations} timed "
-              f"iterations; {world.size} rank(s); time = max over ranks", flush=True)
+        print(
+            f"\nimagenet training iteration: {cls.__name__} (width {args.width}, {args.n_class} classes), "
+            f"{args.batch} synthetic {insize}x{insize} images per rank, MomentumSGD + weight decay, "
+            f"create_multi_node_optimizer; {args.train_warmup} warm-up + {args.iterations} timed "
+            f"iterations; {world.size} rank(s); time = max over ranks",
+            flush=True,
+        )
     rows, skipped = [], []
     exchange = None
     chain = CPU_TRAIN_COMMUNICATORS if args.cpu else TRAIN_COMMUNICATORS
     for name in chain:
-        seconds, failure = run_training(world, gpu, name, args.arch, args.width, args.n_class, x, t,
-                                        args.train_warmup, args.iterations)
+        seconds, failure = run_training(
+            world, gpu, name, args.arch, args.width, args.n_class, x, t, args.train_warmup, args.iterations
+        )
         if failure is None:
             note = "; ".join(f"{n} {na(f)}" for n, f in skipped)
             exchange = (name, seconds, note)
             break
         skipped.append((name, failure))
     if exchange is None:
-        rows.append(["/".join(chain), "-", "-", "-",
-                     "; ".join(f"{n} {na(f)}" for n, f in skipped)])
+        rows.append(["/".join(chain), "-", "-", "-", "; ".join(f"{n} {na(f)}" for n, f in skipped)])
         seconds_with = None
     else:
         name, seconds_with, note = exchange
         rows.append([name] + _rates(seconds_with, args.batch, world.size) + [note])
-    seconds_without, failure = run_training(world, gpu, "dummy", args.arch, args.width, args.n_class, x, t,
-                                            args.train_warmup, args.iterations)
+    seconds_without, failure = run_training(
+        world, gpu, "dummy", args.arch, args.width, args.n_class, x, t, args.train_warmup, args.iterations
+    )
     if failure is None:
         rows.append(["dummy (no exchange)"] + _rates(seconds_without, args.batch, world.size) + [""])
     else:
-        seconds_without, _ = run_training(world, gpu, None, args.arch, args.width, args.n_class, x, t,
-                                          args.train_warmup, args.iterations)
-        rows.append(["none (plain MomentumSGD)"] + _rates(seconds_without, args.batch, world.size)
-                    + [f"dummy {na(failure)}"])
+        seconds_without, _ = run_training(
+            world, gpu, None, args.arch, args.width, args.n_class, x, t, args.train_warmup, args.iterations
+        )
+        rows.append(
+            ["none (plain MomentumSGD)"] + _rates(seconds_without, args.batch, world.size) + [f"dummy {na(failure)}"]
+        )
     share = comm_share(seconds_with, seconds_without)
     return rows, share
 
@@ -483,8 +525,7 @@ def describe_ranks(world, gpu, n_devices):
     if world.rank != 0:
         return
     if n_devices is None:
-        print(f"bench_gpu --cpu: {world.size} rank(s); NumPy arrays on the CPU, a check of the script: "
-              f"NOT GPU figures")
+        print(f"bench_gpu --cpu: {world.size} rank(s); NumPy arrays on the CPU, a check of the script: NOT GPU figures")
         return
     print(f"bench_gpu: {world.size} rank(s); {versions()}")
     for r, (host, index, name, count, bus) in enumerate(where):
@@ -494,35 +535,49 @@ def describe_ranks(world, gpu, n_devices):
         seen.setdefault((host, bus), []).append(r)
     shared = [ranks for ranks in seen.values() if len(ranks) > 1]
     if shared:
-        print(f"  note: ranks {shared} share a GPU; NCCL refuses two ranks of one NCCL group on a GPU "
-              f"(pure_nccl shows n/a; hierarchical/two_dimensional work with MNFRAME_FAKE_NODE_SIZE=1)")
+        print(
+            f"  note: ranks {shared} share a GPU; NCCL refuses two ranks of one NCCL group on a GPU "
+            f"(pure_nccl shows n/a; hierarchical/two_dimensional work with MNFRAME_FAKE_NODE_SIZE=1)"
+        )
     sys.stdout.flush()
 
 
 # ---------------------------------------------------------------- command line
 
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", action="store_true",
-                        help="tiny gradient set and a tiny network: checks that everything runs")
+    parser.add_argument(
+        "--small", action="store_true", help="tiny gradient set and a tiny network: checks that everything runs"
+    )
     parser.add_argument("--parts", default="allreduce,train", help="comma list of: allreduce, train")
-    parser.add_argument("--communicators", default=",".join(DEFAULT_VARIANTS),
-                        help="comma list of communicator variants NAME[+fp16][+batched_copy] "
-                             "(default: %(default)s)")
+    parser.add_argument(
+        "--communicators",
+        default=",".join(DEFAULT_VARIANTS),
+        help="comma list of communicator variants NAME[+fp16][+batched_copy] (default: %(default)s)",
+    )
     parser.add_argument("--repeat", type=int, default=None, help="timed allreduce calls (default 20, 3 with --small)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed allreduce calls before them")
     parser.add_argument("--batch", type=int, default=None, help="images per rank (default 32, 4 with --small)")
-    parser.add_argument("--iterations", type=int, default=None,
-                        help="timed training iterations (default 20, 3 with --small)")
-    parser.add_argument("--train-warmup", type=int, default=3,
-                        help="untimed training iterations first (at least 2: the first only broadcasts)")
+    parser.add_argument(
+        "--iterations", type=int, default=None, help="timed training iterations (default 20, 3 with --small)"
+    )
+    parser.add_argument(
+        "--train-warmup",
+        type=int,
+        default=3,
+        help="untimed training iterations first (at least 2: the first only broadcasts)",
+    )
     parser.add_argument("--arch", choices=ARCH_NAMES, default="resnet50", help="imagenet recipe model")
     parser.add_argument("--width", type=float, default=None, help="channel multiplier (default 1, 0.125 with --small)")
     parser.add_argument("--insize", type=int, default=None, help="image size (default: the model's, 64 with --small)")
     parser.add_argument("--n-class", type=int, default=1000)
-    parser.add_argument("--cpu", action="store_true",
-                        help="check the script itself without a GPU: NumPy gradients, CPU stand-in device "
-                             "(GPU-only communicators show n/a; the figures are not GPU figures)")
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="check the script itself without a GPU: NumPy gradients, CPU stand-in device "
+        "(GPU-only communicators show n/a; the figures are not GPU figures)",
+    )
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = sorted(set(parts) - {"allreduce", "train"})
@@ -531,14 +586,14 @@ def parse_args(argv=None):
     args.parts = parts
     args.variants = [v.strip() for v in args.communicators.split(",") if v.strip()]
     from mnframe.communicators import registry  # import-light: no MPI, no CuPy
+
     for spec in args.variants:
         try:
             name, _ = parse_variant(spec)
         except ValueError as e:
             parser.error(str(e))
         if name not in registry.COMMUNICATORS:
-            parser.error(f"--communicators: unknown communicator {name!r} "
-                         f"(known: {', '.join(registry.COMMUNICATORS)})")
+            parser.error(f"--communicators: unknown communicator {name!r} (known: {', '.join(registry.COMMUNICATORS)})")
     small = args.small
     args.repeat = args.repeat if args.repeat is not None else (3 if small else 20)
     args.batch = args.batch if args.batch is not None else (4 if small else 32)
@@ -555,6 +610,7 @@ def main(argv=None):
     args = parse_args(argv)
     problem = None if args.cpu else cuda_problem()
     from mpi4py import MPI
+
     world = MPI.COMM_WORLD
     problems = world.allgather(problem)  # every rank skips, or none does
     if any(p is not None for p in problems):
@@ -565,6 +621,7 @@ def main(argv=None):
     import warnings
 
     from mnframe.communicators import topology
+
     warnings.simplefilter("ignore", DeprecationWarning)
     topo = topology.discover(world)  # the intra_rank every communicator will report
     intra_rank = topo.intra_rank
@@ -575,6 +632,7 @@ def main(argv=None):
             gpu = CpuStandIn()
         else:
             import cupy
+
             n_devices = cupy.cuda.runtime.getDeviceCount()
             gpu = Gpu(intra_rank % n_devices)
     except Exception as e:  # e.g. Chainer cannot use this CuPy (chainer.backends.cuda.available is False)
@@ -596,10 +654,13 @@ def main(argv=None):
     if "train" in args.parts:
         rows, share = bench_train(world, gpu, args)
         if world.rank == 0:
-            print(format_table(("gradient exchange", "ms/iteration", "images/s per rank", "images/s total",
-                                "note"), rows))
-            print(f"gradient exchange share of an iteration: {fmt(None if share is None else 100 * share, '.1f')} %",
-                  flush=True)
+            print(
+                format_table(("gradient exchange", "ms/iteration", "images/s per rank", "images/s total", "note"), rows)
+            )
+            print(
+                f"gradient exchange share of an iteration: {fmt(None if share is None else 100 * share, '.1f')} %",
+                flush=True,
+            )
     return 1 if failed else 0
 
 

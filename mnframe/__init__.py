@@ -4,6 +4,7 @@
 resolved lazily from the table below, so importing mnframe costs almost nothing
 and CUDA/NCCL code is only imported when a GPU path is actually used.
 """
+
 from mnframe import _numpy_compat
 from mnframe.runtime import early_hook
 

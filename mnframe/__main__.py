@@ -1,4 +1,5 @@
 """``python -m mnframe``: the declarative runner (see mnframe.cli)."""
+
 from mnframe.cli import main
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ attribute. Used by the lazy export tables, the communicator registry, the
 config validator (``locate``: a problem text instead of an exception) and the
 builders (``resolve``).
 """
+
 import importlib
 
 

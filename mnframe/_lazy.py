@@ -4,6 +4,7 @@ A subpackage lists ``name -> "module:attribute"`` (``mnframe._import_path``);
 the module is imported the first time the name is used. This keeps ``import mnframe`` cheap and lets GPU
 code stay unimported on machines without CUDA.
 """
+
 import importlib
 
 from mnframe._import_path import resolve

@@ -18,6 +18,7 @@ or ``FAILED.txt`` in a new run directory when it is not;
 before that, a dependency that does not import ends it with status 3
 (``check_environment``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,6 +38,7 @@ JOB, DONE, FAILED = "job", "done", "failed"
 
 
 # -- own flags (everything else goes to Hydra) -----------------------------------
+
 
 def parse_own_flags(argv: Sequence[str]) -> Tuple[argparse.Namespace, List[str]]:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
@@ -63,6 +65,7 @@ def _hydra_overrides(argv: Sequence[str]) -> List[str]:
 
 
 # -- helpers ----------------------------------------------------------------------
+
 
 def cuda_available() -> bool:
     from mnframe.communicators.registry import cuda_problem
@@ -130,15 +133,17 @@ def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str
         raise ConfigError(errors[0][1])  # the same message on every rank
     hashes = {h for h, _ in verdicts}
     if len(hashes) > 1:
-        raise ConfigError("the ranks hold different configurations (hashes "
-                          f"{sorted(h[:12] for h in hashes)}); start every rank with the same "
-                          "mnframe version and files")
+        raise ConfigError(
+            "the ranks hold different configurations (hashes "
+            f"{sorted(h[:12] for h in hashes)}); start every rank with the same "
+            "mnframe version and files"
+        )
     return cfg, config, digest
 
 
 # -- the run directory's record --------------------------------------------------
 
-RECORD_DIR = ".hydra"      # Hydra's usual place for its config.yaml, hydra.yaml, overrides.yaml
+RECORD_DIR = ".hydra"  # Hydra's usual place for its config.yaml, hydra.yaml, overrides.yaml
 FAILED_FILE = "FAILED.txt"
 
 
@@ -208,6 +213,7 @@ def job_failed(world, exc: ConfigError) -> None:
 
 # -- the roles ----------------------------------------------------------------------
 
+
 def _say(text: str) -> None:
     sys.stderr.write(text if text.endswith("\n") else text + "\n")
     sys.stderr.flush()
@@ -239,8 +245,10 @@ class Leader:
             if job.job_num is not None:
                 label = f"#{job.job_num} ({' '.join(job.overrides)})"
                 self.failures.append(label)
-                _say(f"mnframe: sweep job {label} failed: configuration error: {exc}\n"
-                     f"mnframe: going on with the next job")
+                _say(
+                    f"mnframe: sweep job {label} failed: configuration error: {exc}\n"
+                    f"mnframe: going on with the next job"
+                )
             raise
         except Exception as exc:
             from mnframe.runtime import guard
@@ -256,10 +264,13 @@ class Leader:
 
         try:
             run_hydra(argv, self.task)
-        except ConfigError as exc:
+        except ConfigError as error:
+            exc = error
             if self.failures:  # the end of a sweep: its jobs' errors were shown as they failed
-                exc = ConfigError(f"{len(self.failures)} of {self.jobs} sweep jobs failed: "
-                                  f"{', '.join(self.failures)} (their errors are above)")
+                exc = ConfigError(
+                    f"{len(self.failures)} of {self.jobs} sweep jobs failed: "
+                    f"{', '.join(self.failures)} (their errors are above)"
+                )
             # compose failed, or a job did (the followers then wait for the next message)
             _bcast(self.world, (FAILED, str(exc), None))
             raise exc from None
@@ -299,8 +310,7 @@ def train(argv: Sequence[str]) -> None:
         follow(world, has_cuda)
 
 
-def check(argv: Sequence[str], world_size: int, has_cuda: bool = False,
-          graph_png: Optional[str] = None) -> str:
+def check(argv: Sequence[str], world_size: int, has_cuda: bool = False, graph_png: Optional[str] = None) -> str:
     """``--check``: compose and validate for ``world_size`` ranks without MPI;
     return the report (the rank graph for model parallelism)."""
     from mnframe.config import topology
@@ -310,8 +320,10 @@ def check(argv: Sequence[str], world_size: int, has_cuda: bool = False,
 
     config = compose(_hydra_overrides(argv), config_dirs_from_argv(argv))
     cfg = validate(config, world_size, has_cuda=has_cuda)
-    lines = [f"config OK for {world_size} rank(s): recipe {cfg.name!r}, "
-             f"communicator {cfg.communicator.name}, topology {cfg.topology.kind}"]
+    lines = [
+        f"config OK for {world_size} rank(s): recipe {cfg.name!r}, "
+        f"communicator {cfg.communicator.name}, topology {cfg.topology.kind}"
+    ]
     if isinstance(cfg.topology, ModelParallelTopology):
         lines.append(topology.describe(cfg.topology, world_size))
         if graph_png:

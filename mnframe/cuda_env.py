@@ -12,6 +12,7 @@ Package names depend on the CUDA major version CuPy was built for:
 ``nvidia-nccl-cu12``. ``package_for`` derives them from CuPy's distribution
 name (or its CUDA runtime version), never from a fixed "cu12".
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,12 +37,12 @@ class CudaProbe:
 
     problem: Optional[str]
     device_count: int = 0
-    cupy_version: Optional[str] = None   # None: CuPy is not installed
-    cupy_package: Optional[str] = None   # its distribution name, e.g. "cupy-cuda13x"
-    cuda_major: Optional[int] = None     # the CUDA major version CuPy was built for
+    cupy_version: Optional[str] = None  # None: CuPy is not installed
+    cupy_package: Optional[str] = None  # its distribution name, e.g. "cupy-cuda13x"
+    cuda_major: Optional[int] = None  # the CUDA major version CuPy was built for
     nccl_problem: Optional[str] = "not checked"  # None when NCCL loads through CuPy
-    nccl_version: Optional[int] = None   # e.g. 22703 for NCCL 2.27.3
-    has_cudnn: bool = False              # CuPy ships cupy.cudnn (CuPy <= 13, with a cuDNN library)
+    nccl_version: Optional[int] = None  # e.g. 22703 for NCCL 2.27.3
+    has_cudnn: bool = False  # CuPy ships cupy.cudnn (CuPy <= 13, with a cuDNN library)
 
     @property
     def usable(self) -> bool:
@@ -79,6 +80,7 @@ def package_for(library: str, cuda_major: Optional[int]) -> str:
 def _cupy_distribution() -> Optional[str]:
     try:
         from importlib.metadata import packages_distributions
+
         names = packages_distributions().get("cupy") or []
     except Exception:
         return None
@@ -95,8 +97,7 @@ def _examine() -> CudaProbe:
             warnings.simplefilter("ignore")
             import cupy
     except Exception as e:
-        return CudaProbe(problem=f"CuPy does not import ({type(e).__name__}: {e})", cupy_package=dist,
-                         cuda_major=major)
+        return CudaProbe(problem=f"CuPy does not import ({type(e).__name__}: {e})", cupy_package=dist, cuda_major=major)
     version = getattr(cupy, "__version__", None)
     if major is None:
         try:
@@ -109,8 +110,7 @@ def _examine() -> CudaProbe:
     except Exception as e:  # no driver, no device, broken install
         return CudaProbe(problem=f"CuPy cannot use CUDA ({type(e).__name__}: {e})", **fields)
     if count < 1:
-        return CudaProbe(problem="no CUDA device is visible (check CUDA_VISIBLE_DEVICES and nvidia-smi)",
-                         **fields)
+        return CudaProbe(problem="no CUDA device is visible (check CUDA_VISIBLE_DEVICES and nvidia-smi)", **fields)
     return CudaProbe(problem=None, device_count=count, nccl_problem=_nccl_problem(major), **fields)
 
 
@@ -166,12 +166,16 @@ def cudnn_note(info: Optional[CudaProbe] = None) -> Optional[str]:
         return None
     major = info.cuda_major or 12
     cudnn = package_for("cudnn", major)
-    effect = ("Chainer uses its own convolution and pooling kernels (slower), and compute_mode='cudnn_fast' "
-              "and cuDNN dropout states fail")
+    effect = (
+        "Chainer uses its own convolution and pooling kernels (slower), and compute_mode='cudnn_fast' "
+        "and cuDNN dropout states fail"
+    )
     if (info.cupy_major or 0) >= 14 or major >= 13:
-        return (f"CuPy {info.cupy_version} ({info.cupy_package or 'CUDA ' + str(major)}) has no cuDNN (CuPy 14 "
-                f"removed it; CuPy 13 for CUDA 13 ships none): {effect}. For cuDNN use CuPy 13 for CUDA 12 "
-                f"with the cuDNN wheel: {CUDNN_INSTALL}")
+        return (
+            f"CuPy {info.cupy_version} ({info.cupy_package or 'CUDA ' + str(major)}) has no cuDNN (CuPy 14 "
+            f"removed it; CuPy 13 for CUDA 13 ships none): {effect}. For cuDNN use CuPy 13 for CUDA 12 "
+            f"with the cuDNN wheel: {CUDNN_INSTALL}"
+        )
     return f"CuPy {info.cupy_version} cannot load cuDNN: {effect}. Install it: pip install {cudnn}"
 
 

@@ -7,6 +7,7 @@ to install; the CLI prints it without a traceback and exits 3
 ``explain`` builds the message for an import failure seen elsewhere (a
 ``_target_`` module whose own imports fail). The fixes are kept here, once.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -19,16 +20,26 @@ from mnframe.runtime.errors import DependencyError
 # leaves nothing to clean up on any rank.
 RUNNER_MODULES = ("numpy", "chainer", "yaml", "omegaconf", "hydra", "pydantic", "mpi4py", "mpi4py.MPI")
 
-MPI_FIX = ('pip install "mnframe[mpich]" (MPICH from PyPI), or load your cluster\'s MPI '
-           '(e.g. `module load openmpi`) and rebuild mpi4py against it: '
-           'pip install --no-binary=mpi4py --force-reinstall mpi4py')
-HOOK_FIX = ("reinstall mnframe so that its import hook (mnframe-chainer-hook.pth) is in site-packages: "
-            "pip install --force-reinstall --no-deps mnframe (in a checkout: bash scripts/setup.sh), "
-            "and do not set MNFRAME_CHAINER_HOOK=0; or import mnframe before chainer")
+MPI_FIX = (
+    'pip install "mnframe[mpich]" (MPICH from PyPI), or load your cluster\'s MPI '
+    "(e.g. `module load openmpi`) and rebuild mpi4py against it: "
+    "pip install --no-binary=mpi4py --force-reinstall mpi4py"
+)
+HOOK_FIX = (
+    "reinstall mnframe so that its import hook (mnframe-chainer-hook.pth) is in site-packages: "
+    "pip install --force-reinstall --no-deps mnframe (in a checkout: bash scripts/setup.sh), "
+    "and do not set MNFRAME_CHAINER_HOOK=0; or import mnframe before chainer"
+)
 
 # import name -> distribution to install, where they differ
-DISTRIBUTIONS = {"yaml": "PyYAML", "hydra": "hydra-core", "sklearn": "scikit-learn", "PIL": "Pillow",
-                 "cv2": "opencv-python", "cupy": "cupy-cuda12x (or the wheel for your CUDA)"}
+DISTRIBUTIONS = {
+    "yaml": "PyYAML",
+    "hydra": "hydra-core",
+    "sklearn": "scikit-learn",
+    "PIL": "Pillow",
+    "cv2": "opencv-python",
+    "cupy": "cupy-cuda12x (or the wheel for your CUDA)",
+}
 # Modules Chainer 7.8.1 needs that mnframe's import hook provides
 HOOKED = ("numpy.distutils", "pkg_resources")
 
@@ -56,12 +67,16 @@ def explain(module: str, exc: BaseException) -> str:
     if (missing and missing.startswith(HOOKED)) or "sctypes" in why:
         return f"{module} cannot be imported ({why}): Chainer 7.8.1 needs mnframe's import hook here; fix: {HOOK_FIX}"
     if missing and not _within(module, missing):
-        return (f"{module} cannot be imported: it needs {missing}, which is not installed; "
-                f"fix: pip install {distribution(missing)}")
+        return (
+            f"{module} cannot be imported: it needs {missing}, which is not installed; "
+            f"fix: pip install {distribution(missing)}"
+        )
     if missing:
         return f"{module} is not installed; fix: pip install {distribution(module)}"
-    return (f"{module} is installed but fails to import ({type(exc).__name__}: {why}); "
-            f"fix: reinstall it (pip install --force-reinstall {distribution(module)})")
+    return (
+        f"{module} is installed but fails to import ({type(exc).__name__}: {why}); "
+        f"fix: reinstall it (pip install --force-reinstall {distribution(module)})"
+    )
 
 
 def mpi_load_failure(exc: BaseException) -> str:

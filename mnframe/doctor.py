@@ -14,6 +14,7 @@ any step failed. Steps, in the order of the spec's checklist:
 5. whether MPI is CUDA-aware (Open MPI reports it; others: a hint);
 6. a short allreduce bandwidth check.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,13 +27,19 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
 # launcher environment variables -> what they say about the world size
-LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS",
-                      "SLURM_NTASKS", "MV2_COMM_WORLD_SIZE")
+LAUNCHER_SIZE_VARS = (
+    "PMI_SIZE",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMIX_SIZE",
+    "MPI_LOCALNRANKS",
+    "SLURM_NTASKS",
+    "MV2_COMM_WORLD_SIZE",
+)
 
 
 @dataclass
 class Result:
-    status: str          # PASS | FAIL | INFO | SKIP
+    status: str  # PASS | FAIL | INFO | SKIP
     step: str
     detail: str
     fix: Optional[str] = None
@@ -54,8 +61,13 @@ def _run(cmd: Sequence[str], timeout: float = 10) -> str:
 
 def _vendor_of(text: str) -> str:
     low = text.lower()
-    for name, key in (("Open MPI", "open mpi"), ("Intel MPI", "intel"), ("MVAPICH", "mvapich"),
-                      ("MPICH", "mpich"), ("MPICH", "hydra")):
+    for name, key in (
+        ("Open MPI", "open mpi"),
+        ("Intel MPI", "intel"),
+        ("MVAPICH", "mvapich"),
+        ("MPICH", "mpich"),
+        ("MPICH", "hydra"),
+    ):
         if key in low:
             return name
     return "unknown"
@@ -63,8 +75,13 @@ def _vendor_of(text: str) -> str:
 
 def check_mpi_library(mpi) -> List[Result]:
     lib = mpi.Get_library_version().strip().splitlines()[0]
-    out = [Result("INFO", "mpi4py", f"mpi4py {__import__('mpi4py').__version__}, "
-                  f"MPI {'.'.join(map(str, mpi.Get_version()))}: {lib}")]
+    out = [
+        Result(
+            "INFO",
+            "mpi4py",
+            f"mpi4py {__import__('mpi4py').__version__}, MPI {'.'.join(map(str, mpi.Get_version()))}: {lib}",
+        )
+    ]
     beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     launcher = beside if os.path.exists(beside) else shutil.which("mpiexec")
     if launcher is None:
@@ -76,10 +93,16 @@ def check_mpi_library(mpi) -> List[Result]:
     if "unknown" in (lib_vendor, exec_vendor) or lib_vendor == exec_vendor:
         out.append(Result("PASS", "mpiexec matches mpi4py's MPI", detail))
     else:
-        out.append(Result("FAIL", "mpiexec matches mpi4py's MPI", detail,
-                          fix="use the mpiexec of the MPI mpi4py was built with, or rebuild "
-                              "mpi4py: `MPICC=$(which mpicc) pip install --no-binary=mpi4py "
-                              "--force-reinstall mpi4py`"))
+        out.append(
+            Result(
+                "FAIL",
+                "mpiexec matches mpi4py's MPI",
+                detail,
+                fix="use the mpiexec of the MPI mpi4py was built with, or rebuild "
+                "mpi4py: `MPICC=$(which mpicc) pip install --no-binary=mpi4py "
+                "--force-reinstall mpi4py`",
+            )
+        )
     return out
 
 
@@ -89,15 +112,26 @@ def check_world(mpi) -> List[Result]:
     sizes = {int(x) for x in claimed.values() if x.isdigit()}
     biggest = max(sizes, default=size)
     if size == 1 and biggest > 1:
-        return [Result("FAIL", "world size", f"the launcher started {biggest} processes "
-                       f"({', '.join(f'{k}={v}' for k, v in claimed.items())}) but MPI sees 1: "
-                       "every rank thinks it is rank 0 of 1 (the classic 'every rank prints 0')",
-                       fix="mpi4py is linked to a different MPI than this launcher; run it "
-                           "with that MPI's mpiexec, or rebuild mpi4py against the launcher's "
-                           "MPI (see the mpiexec step)")]
+        return [
+            Result(
+                "FAIL",
+                "world size",
+                f"the launcher started {biggest} processes "
+                f"({', '.join(f'{k}={v}' for k, v in claimed.items())}) but MPI sees 1: "
+                "every rank thinks it is rank 0 of 1 (the classic 'every rank prints 0')",
+                fix="mpi4py is linked to a different MPI than this launcher; run it "
+                "with that MPI's mpiexec, or rebuild mpi4py against the launcher's "
+                "MPI (see the mpiexec step)",
+            )
+        ]
     if not claimed and size == 1:
-        return [Result("INFO", "world size", "1 process, no launcher: run it under "
-                       "`mpiexec -n 2 python -m mnframe doctor` to check communication")]
+        return [
+            Result(
+                "INFO",
+                "world size",
+                "1 process, no launcher: run it under `mpiexec -n 2 python -m mnframe doctor` to check communication",
+            )
+        ]
     return [Result("PASS", "world size", f"{size} rank(s)")]
 
 
@@ -118,20 +152,38 @@ def check_cuda() -> List[Result]:
 
     info = cuda_env.probe()
     if info.cupy_version is None and info.problem is not None and "not installed" in info.problem:
-        return [Result("SKIP", "CuPy", "not installed (only the CPU communicators can be used)",
-                       fix=f"for GPUs: {cuda_env.CUPY_HINT}")]
+        return [
+            Result(
+                "SKIP",
+                "CuPy",
+                "not installed (only the CPU communicators can be used)",
+                fix=f"for GPUs: {cuda_env.CUPY_HINT}",
+            )
+        ]
     where = f"CuPy {info.cupy_version or '?'} ({info.cupy_package or 'source build'}, CUDA {info.cuda_major or '?'})"
     if info.problem is not None:
-        return [Result("FAIL", "CUDA", f"{where}: {info.problem}",
-                       fix="check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES, and that the CuPy "
-                           "wheel matches the driver's CUDA (cupy-cuda12x / cupy-cuda13x)")]
+        return [
+            Result(
+                "FAIL",
+                "CUDA",
+                f"{where}: {info.problem}",
+                fix="check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES, and that the CuPy "
+                "wheel matches the driver's CUDA (cupy-cuda12x / cupy-cuda13x)",
+            )
+        ]
     out = [Result("PASS", "CUDA", f"{where}, {info.device_count} device(s)")]
     if info.nccl_problem is None:
         out.append(Result("PASS", "NCCL", f"version {info.nccl_version}"))
     else:
-        out.append(Result("FAIL", "NCCL", info.nccl_problem,
-                          fix=f"{cuda_env.nccl_hint()} (pure_nccl, hierarchical and two_dimensional on GPUs "
-                              f"need NCCL; non_cuda_aware does not)"))
+        out.append(
+            Result(
+                "FAIL",
+                "NCCL",
+                info.nccl_problem,
+                fix=f"{cuda_env.nccl_hint()} (pure_nccl, hierarchical and two_dimensional on GPUs "
+                f"need NCCL; non_cuda_aware does not)",
+            )
+        )
     note = cuda_env.cudnn_note(info)
     out.append(Result("INFO", "cuDNN", note) if note else Result("PASS", "cuDNN", "cupy.cudnn is available"))
     return out
@@ -148,8 +200,14 @@ def check_cuda_aware_mpi(mpi) -> List[Result]:
         return [Result("FAIL", "CUDA-aware MPI", str(exc), fix=f"set {cuda_aware.ENV}=1 or 0, or unset it")]
     staged = "GPU data crosses MPI through host memory (flat, naive, between nodes); NCCL inside nodes"
     if not aware:
-        return [Result("INFO", "CUDA-aware MPI", f"no ({how}): {staged}",
-                       fix=f"if your MPI is CUDA-aware but cannot say so, set {cuda_aware.ENV}=1")]
+        return [
+            Result(
+                "INFO",
+                "CUDA-aware MPI",
+                f"no ({how}): {staged}",
+                fix=f"if your MPI is CUDA-aware but cannot say so, set {cuda_aware.ENV}=1",
+            )
+        ]
     return [Result(*_device_round_trip(mpi, how))]
 
 
@@ -170,8 +228,11 @@ def _device_round_trip(mpi, how):
         return "INFO", "CUDA-aware MPI", f"yes ({how}); CuPy is not installed to try it"
     except Exception as exc:
         return "FAIL", "CUDA-aware MPI", f"reported ({how}) but a device-buffer send failed: {exc}"
-    return ("PASS" if ok else "FAIL", "CUDA-aware MPI",
-            f"yes ({how}); a device-buffer send {'arrived intact' if ok else 'arrived corrupted'}")
+    return (
+        "PASS" if ok else "FAIL",
+        "CUDA-aware MPI",
+        f"yes ({how}); a device-buffer send {'arrived intact' if ok else 'arrived corrupted'}",
+    )
 
 
 def check_bandwidth(mpi, nbytes: int = 8 << 20, repeat: int = 5) -> List[Result]:
@@ -194,15 +255,25 @@ def check_bandwidth(mpi, nbytes: int = 8 << 20, repeat: int = 5) -> List[Result]
     seconds = (time.perf_counter() - start) / repeat
     ok = bool(np.all(out == comm.Get_size()))
     gbps = nbytes / seconds / 1e9
-    return [Result("PASS" if ok else "FAIL", "allreduce bandwidth",
-                   f"{nbytes >> 20} MiB float32 in {seconds * 1e3:.1f} ms ({gbps:.2f} GB/s "
-                   f"algorithm bandwidth); result {'correct' if ok else 'WRONG'}",
-                   fix=None if ok else "MPI returned wrong sums: check the interconnect "
-                                       "settings of your MPI")]
+    return [
+        Result(
+            "PASS" if ok else "FAIL",
+            "allreduce bandwidth",
+            f"{nbytes >> 20} MiB float32 in {seconds * 1e3:.1f} ms ({gbps:.2f} GB/s "
+            f"algorithm bandwidth); result {'correct' if ok else 'WRONG'}",
+            fix=None if ok else "MPI returned wrong sums: check the interconnect settings of your MPI",
+        )
+    ]
 
 
-STEPS: List[Callable] = [check_mpi_library, check_world, check_hosts,
-                         lambda mpi: check_cuda(), check_cuda_aware_mpi, check_bandwidth]
+STEPS: List[Callable] = [
+    check_mpi_library,
+    check_world,
+    check_hosts,
+    lambda mpi: check_cuda(),
+    check_cuda_aware_mpi,
+    check_bandwidth,
+]
 
 
 def main(argv: Sequence[str] = ()) -> int:

@@ -8,6 +8,7 @@ already installs it when a communicator is created (unless
 ``_add_hook_if_enabled()`` installs it when ``CHAINERMN_FORCE_ABORT_ON_EXCEPTION``
 (or ``MNFRAME_FORCE_ABORT_ON_EXCEPTION``) is set.
 """
+
 import os
 
 from mnframe.runtime import guard

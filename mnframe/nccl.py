@@ -6,8 +6,19 @@ The names (``get_build_version``, ``get_unique_id``, ``get_version``, the
 imports CuPy. As in ChainerMN they exist only where CuPy's NCCL imports;
 ``_available`` says whether it does.
 """
-NAMES = ("get_build_version", "get_unique_id", "get_version", "NCCL_FLOAT", "NCCL_FLOAT16", "NCCL_FLOAT32",
-         "NCCL_FLOAT64", "NCCL_SUM", "NcclCommunicator", "NcclError")
+
+NAMES = (
+    "get_build_version",
+    "get_unique_id",
+    "get_version",
+    "NCCL_FLOAT",
+    "NCCL_FLOAT16",
+    "NCCL_FLOAT32",
+    "NCCL_FLOAT64",
+    "NCCL_SUM",
+    "NcclCommunicator",
+    "NcclError",
+)
 
 
 def _load():

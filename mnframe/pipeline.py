@@ -8,6 +8,7 @@ Each step is one builder in ``mnframe.builder`` taking its typed config section
 (``mnframe.config.schema``); this module only wires them together. Every rank
 runs it with the same config (the CLI made sure of that).
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,6 +38,7 @@ def seed_everything(seed: int, device=None) -> None:
     np.random.seed(seed)
     if device is not None and device.xp is not np:
         from mnframe.checkpoint.rng import seed_cupy
+
         seed_cupy(seed)
 
 
@@ -50,8 +52,9 @@ class Job(NamedTuple):
     comms: Any
 
 
-def build_trainer(cfg: RunConfig, run_dir: str, config: Optional[Dict[str, Any]] = None,
-                  config_hash: Optional[str] = None) -> Job:
+def build_trainer(
+    cfg: RunConfig, run_dir: str, config: Optional[Dict[str, Any]] = None, config_hash: Optional[str] = None
+) -> Job:
     """Everything up to ``trainer.run()`` (the checkpoint loaded when resuming)."""
     from chainer import training
 
@@ -64,23 +67,26 @@ def build_trainer(cfg: RunConfig, run_dir: str, config: Optional[Dict[str, Any]]
     models = build_models(cfg, comms)
     for model in models.values():
         model.to_device(device)
-    optimizers = {name: build_optimizer(cfg.optimizer, model, comms.data)
-                  for name, model in models.items()}
+    optimizers = {name: build_optimizer(cfg.optimizer, model, comms.data) for name, model in models.items()}
     updater = build_updater(cfg.updater, data.train_iter, optimizers, device)
     trainer = training.Trainer(updater, tuple(cfg.trainer.stop), out=cfg.trainer.out or run_dir)
 
     main_model = models.get("main", next(iter(models.values())))
-    ctx = ExtensionContext(model=main_model, optimizer=optimizers.get("main"),
-                           test_iter=data.test_iter, device=device, data_comm=comms.data,
-                           rank=comms.world.rank)
+    ctx = ExtensionContext(
+        model=main_model,
+        optimizer=optimizers.get("main"),
+        test_iter=data.test_iter,
+        device=device,
+        data_comm=comms.data,
+        rank=comms.world.rank,
+    )
     add_extensions(trainer, cfg.extensions, ctx)
     schedule = schedule_extension(cfg.optimizer, next(iter(optimizers.values())))
     if schedule is not None:
         extension, trigger = schedule
         trainer.extend(extension, trigger=trigger)
     checkpoint = attach_checkpoints(trainer, cfg, run_dir, comms.world, config, config_hash)
-    log.info("built: %s topology, %d data-parallel rank(s), device %s",
-             cfg.topology.kind, comms.data.size, device)
+    log.info("built: %s topology, %d data-parallel rank(s), device %s", cfg.topology.kind, comms.data.size, device)
     return Job(trainer, checkpoint, models, comms)
 
 
@@ -100,14 +106,24 @@ def finish(cfg: RunConfig, job: Job, run_dir: str) -> None:
     if job.checkpoint.preempted:  # stopped early: the checkpoint is what to resume from
         return
     plan = rank_plan(cfg, job.comms)
-    paths = export_models(run_dir, user_models(cfg, job.comms, job.models), writer=job.comms.data.rank == 0,
-                          world=job.comms.world, model_rank=None if plan is None else job.comms.model.rank)
+    paths = export_models(
+        run_dir,
+        user_models(cfg, job.comms, job.models),
+        writer=job.comms.data.rank == 0,
+        world=job.comms.world,
+        model_rank=None if plan is None else job.comms.model.rank,
+    )
     for path in paths:
         log.info("trained model written to %s", path)
 
 
-def run(cfg: RunConfig, run_dir: str, config: Optional[Dict[str, Any]] = None,
-        config_hash: Optional[str] = None, on_start: Optional[Callable[[], None]] = None):
+def run(
+    cfg: RunConfig,
+    run_dir: str,
+    config: Optional[Dict[str, Any]] = None,
+    config_hash: Optional[str] = None,
+    on_start: Optional[Callable[[], None]] = None,
+):
     """Build and run the training job of ``cfg``; returns the trainer.
 
     ``on_start`` is called once the job is built and its checkpoint accepted, just

@@ -9,6 +9,7 @@ test file runs alone under ``mpiexec -n N`` with a timeout (a test that fails on
 rank often leaves the other waiting), CPU tests only (``-m "not slow and not gpu"``,
 as Chainer's CI). A test counts as passed when it passed on every rank.
 """
+
 import argparse
 import collections
 import json
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from mnframe.testing import run_mpi
 
-PLUGIN = '''
+PLUGIN = """
 import json, os
 _results = {}
 def pytest_runtest_logreport(report):
@@ -30,25 +31,52 @@ def pytest_sessionfinish(session, exitstatus):
     rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     with open(os.environ["MNFRAME_SUITE_OUT"] + ".rank" + rank + ".json", "w") as f:
         json.dump(_results, f)
-'''
+"""
 
 
 def run_file(path, root, n, timeout, peer, work):
     out = work / path.stem
     launcher = [] if peer else ["-m", "mnframe.compat"]
-    env = {"MNFRAME_SUITE_OUT": str(out), "PYTHONPATH": os.pathsep.join(
-        p for p in (str(work), os.environ.get("PYTHONPATH")) if p)}
-    result = run_mpi([*launcher, "-m", "pytest", "-q", "-p", "mnframe_suite_plugin", "-p", "no:cacheprovider",
-                      "-p", "no:randomly", "-m", "not slow and not gpu", "-c", os.devnull, "--rootdir", str(root),
-                      str(path)], n=n, timeout=timeout, env=env, cwd=str(root.parent))
-    ranks = [json.loads(Path(f"{out}.rank{r}.json").read_text()) if Path(f"{out}.rank{r}.json").exists() else None
-             for r in range(n)]
+    env = {
+        "MNFRAME_SUITE_OUT": str(out),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(work), os.environ.get("PYTHONPATH")) if p),
+    }
+    result = run_mpi(
+        [
+            *launcher,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "mnframe_suite_plugin",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "-m",
+            "not slow and not gpu",
+            "-c",
+            os.devnull,
+            "--rootdir",
+            str(root),
+            str(path),
+        ],
+        n=n,
+        timeout=timeout,
+        env=env,
+        cwd=str(root.parent),
+    )
+    ranks = [
+        json.loads(Path(f"{out}.rank{r}.json").read_text()) if Path(f"{out}.rank{r}.json").exists() else None
+        for r in range(n)
+    ]
     counts = collections.Counter()
     tests = set().union(*[set(r) for r in ranks if r])
     for test in tests:
         outcomes = [r.get(test, "missing") if r else "missing" for r in ranks]
-        counts["passed" if set(outcomes) == {"passed"} else "skipped" if set(outcomes) == {"skipped"}
-               else "failed"] += 1
+        counts[
+            "passed" if set(outcomes) == {"passed"} else "skipped" if set(outcomes) == {"skipped"} else "failed"
+        ] += 1
     if result.timed_out:
         counts["timed out files"] += 1
     elif not tests:

@@ -14,6 +14,7 @@ compile this very source for the device's architecture.
 Run it in a venv with ``cupy-cuda13x`` and ``nvidia-cuda-nvrtc`` (scripts/check_kernels.sh makes one).
 Prints one line per variant and a summary; exit 1 if any variant fails.
 """
+
 import argparse
 import os
 import sys
@@ -28,16 +29,19 @@ ARG_NDARRAY, ARG_INDEXER, ARG_SCALAR = 1, 2, 3  # CuPy's _ArgKind values
 
 def _arginfos(kernel, index_32_bits):
     """CuPy's per-call argument metadata for a launch of ``kernel`` on C-contiguous 1-d arrays."""
-    import numpy as np
-
     import cupy
+    import numpy as np
     from cupy._core import _carray, _kernel, _scalar
+
     infos = []
     for p in kernel.params:
         if p.name == "_ind":
             infos.append(_kernel._ArgInfo(ARG_INDEXER, _carray.Indexer, None, 1, True, index_32_bits))
-        elif p.raw or not np.dtype(p.dtype).shape == () or p.name in ("ptrs", "starts", "offsets", "f16tag",
-                                                                        "out", "buf"):
+        elif (
+            p.raw
+            or not np.dtype(p.dtype).shape == ()
+            or p.name in ("ptrs", "starts", "offsets", "f16tag", "out", "buf")
+        ):
             infos.append(_kernel._ArgInfo(ARG_NDARRAY, cupy.ndarray, np.dtype(p.dtype), 1, True, index_32_bits))
         else:
             infos.append(_kernel._ArgInfo(ARG_SCALAR, _scalar.CScalar, np.dtype(p.dtype), 0, True, index_32_bits))
@@ -46,9 +50,15 @@ def _arginfos(kernel, index_32_bits):
 
 def source_of(kernel, index_32_bits):
     from cupy._core import _kernel
+
     return _kernel._get_elementwise_kernel_code(
-        _arginfos(kernel, index_32_bits), _kernel._TypeMap(()), kernel.params, kernel.operation, kernel.name,
-        kernel.preamble)
+        _arginfos(kernel, index_32_bits),
+        _kernel._TypeMap(()),
+        kernel.params,
+        kernel.operation,
+        kernel.name,
+        kernel.preamble,
+    )
 
 
 def compile_one(kernel, index_32_bits, arch):
@@ -56,9 +66,12 @@ def compile_one(kernel, index_32_bits, arch):
     ``_compile_using_nvrtc_no_warning``), the architecture given instead of the device's."""
     from cupy._core import core
     from cupy.cuda import compiler
+
     code = source_of(kernel, index_32_bits)
     options = core.assemble_cupy_compiler_options(()) + (
-        f"-arch=sm_{arch.replace('sm_', '')}", "--device-as-default-execution-space")
+        f"-arch=sm_{arch.replace('sm_', '')}",
+        "--device-as-default-execution-space",
+    )
     program = compiler._NVRTCProgram(code, kernel.name + ".cu", (), (), name_expressions=None, method="cubin")
     binary, _ = program.compile(options)
     if not binary:
@@ -68,6 +81,7 @@ def compile_one(kernel, index_32_bits, arch):
 
 def variants():
     from mnframe.communicators import device_packing as dp
+
     for src in DTYPES:
         for dst in DTYPES:
             yield f"pack {src}->{dst}", dp._gather_kernel(src, dst)
@@ -77,15 +91,21 @@ def variants():
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default="sm_90", help="NVRTC target (default %(default)s: H100)")
-    parser.add_argument("--show-source", metavar="VARIANT", help="print the CUDA source of one variant, "
-                        "e.g. 'pack float16->float32'")
+    parser.add_argument(
+        "--show-source", metavar="VARIANT", help="print the CUDA source of one variant, e.g. 'pack float16->float32'"
+    )
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")  # CuPy warns that NCCL/cuTENSOR are missing: not needed to compile
-    import mnframe  # noqa: F401  (NumPy 2 shim, before anything imports chainer)
     import cupy
     from cupy.cuda import nvrtc
-    print(f"check_kernels: CuPy {cupy.__version__}, NVRTC {'.'.join(map(str, nvrtc.getVersion()))}, "
-          f"target {args.arch}, no GPU used", flush=True)
+
+    import mnframe  # noqa: F401  (NumPy 2 shim, before anything imports chainer)
+
+    print(
+        f"check_kernels: CuPy {cupy.__version__}, NVRTC {'.'.join(map(str, nvrtc.getVersion()))}, "
+        f"target {args.arch}, no GPU used",
+        flush=True,
+    )
     ok = failed = 0
     for what, kernel in variants():
         for bits in (True, False):

@@ -5,6 +5,7 @@ interpreter that has not imported mnframe (what a ChainerMN script or Chainer's
 own tests do: it works only through mnframe's import hook on NumPy 2, Python
 >= 3.12 or without setuptools), one forward/backward; then mnframe and MPI.
 """
+
 import sys
 
 
@@ -43,8 +44,10 @@ def main():
         setuptools = importlib.metadata.version("setuptools")
     except Exception:
         pass
-    print(f"Python {sys.version.split()[0]}, chainer {chainer.__version__}, numpy {numpy.__version__}, "
-          f"mpi4py {mpi4py.__version__}, mnframe {mnframe.__version__}, setuptools {setuptools}")
+    print(
+        f"Python {sys.version.split()[0]}, chainer {chainer.__version__}, numpy {numpy.__version__}, "
+        f"mpi4py {mpi4py.__version__}, mnframe {mnframe.__version__}, setuptools {setuptools}"
+    )
     return 0
 
 

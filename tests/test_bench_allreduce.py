@@ -1,4 +1,5 @@
 """The allreduce benchmark's small mode runs on 2 ranks and its averaged results check out."""
+
 from pathlib import Path
 
 from mnframe.testing import run_mpi

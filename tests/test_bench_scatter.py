@@ -1,4 +1,5 @@
 """bench/bench_scatter.py --small runs and both sides produce the same shards (correctness only)."""
+
 from pathlib import Path
 
 from mnframe.testing import run_mpi

@@ -6,6 +6,7 @@ its rank count (oversubscribed on small machines) and a timeout, and must have
 trained: Chainer's LogReport shows every epoch and a falling loss, and where
 replicas must stay identical the ranks print equal weight checksums.
 """
+
 import json
 import re
 from pathlib import Path
@@ -21,8 +22,12 @@ TIMEOUT = 150
 
 def _run(script, n, tmp_path, *args):
     out = tmp_path / "result"
-    result = run_mpi(["-m", "mnframe.compat", str(SCRIPTS / script), "--out", str(out), *args], n=n,
-                     timeout=TIMEOUT, cwd=str(tmp_path))
+    result = run_mpi(
+        ["-m", "mnframe.compat", str(SCRIPTS / script), "--out", str(out), *args],
+        n=n,
+        timeout=TIMEOUT,
+        cwd=str(tmp_path),
+    )
     assert not result.timed_out, f"{script} on {n} ranks timed out\n{result.output[-6000:]}"
     assert result.returncode == 0, f"{script} on {n} ranks exited {result.returncode}\n{result.output[-8000:]}"
     return result, json.loads((out / "log").read_text())
@@ -54,7 +59,7 @@ def test_mnist_data_parallel(tmp_path, n):
     _assert_epochs_and_falling(log, 3, "validation/main/loss")
     assert log[-1]["validation/main/accuracy"] > 0.9
     # 1000 examples scattered over n ranks, batches of 50 per rank
-    assert log[-1]["iteration"] == 3 * -(-(-(-1000 // n)) // 50)
+    assert log[-1]["iteration"] == 3 * -(-(-(-1000 // n)) // 50)  # noqa: B002 - ceil(ceil(1000 / n) / 50)
 
 
 def test_mnist_model_parallel(tmp_path):

@@ -1,5 +1,6 @@
 """The command line as a user meets it: --check, Hydra's --cfg/--help/multirun,
 and config errors that end every rank of an mpiexec job with status 2."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def mnframe(*args, cwd=REPO, timeout=120):
-    return subprocess.run([sys.executable, "-m", "mnframe", *args], cwd=cwd, timeout=timeout,
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "mnframe", *args], cwd=cwd, timeout=timeout, capture_output=True, text=True
+    )
 
 
 def test_check_prints_the_rank_graph(tmp_path):
@@ -25,8 +27,7 @@ def test_check_prints_the_rank_graph(tmp_path):
 
 
 def test_check_refuses_with_status_2_and_no_traceback():
-    r = mnframe("--check", "--world-size", "3", "recipe=mnist_model_parallel",
-                "dataset.batch_size=-1")
+    r = mnframe("--check", "--world-size", "3", "recipe=mnist_model_parallel", "dataset.batch_size=-1")
     assert r.returncode == 2
     err = r.stderr
     assert "dataset.batch_size" in err and "topology.ranks" in err
@@ -43,21 +44,24 @@ def test_hydra_cfg_job_and_help():
 
 
 def test_multirun_gives_each_job_its_own_directory(tmp_path):
-    r = mnframe("-m", "seed=0,1", "trainer.stop=[1,iteration]", "extensions=minimal",
-                f"hydra.sweep.dir={tmp_path}", timeout=240)
+    r = mnframe(
+        "-m", "seed=0,1", "trainer.stop=[1,iteration]", "extensions=minimal", f"hydra.sweep.dir={tmp_path}", timeout=240
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     for job in ("0", "1"):
         assert (tmp_path / job / "config.yaml").exists()
     assert "seed: 1" in (tmp_path / "1" / "config.yaml").read_text()
 
 
-@pytest.mark.parametrize("override,needle", [
-    ("trainer.stpo=[1,epoch]", "did you mean 'stop'"),      # Hydra composition error
-    ("dataset.batch_size=-3", "dataset.batch_size"),        # validation error on every rank
-])
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        ("trainer.stpo=[1,epoch]", "did you mean 'stop'"),  # Hydra composition error
+        ("dataset.batch_size=-3", "dataset.batch_size"),  # validation error on every rank
+    ],
+)
 def test_every_rank_exits_2_quickly(override, needle, tmp_path):
-    r = run_mpi(["-m", "mnframe", override, f"hydra.run.dir={tmp_path}/run"], n=2, timeout=90,
-                cwd=str(REPO))
+    r = run_mpi(["-m", "mnframe", override, f"hydra.run.dir={tmp_path}/run"], n=2, timeout=90, cwd=str(REPO))
     assert not r.timed_out
     assert r.returncode == 2, r.output[-3000:]
     assert needle in r.output
@@ -72,7 +76,8 @@ def test_users_own_recipe_directory(tmp_path):
         "defaults:\n  - override /optimizer: sgd\n  - override /extensions: minimal\n"
         "name: my_model\n"
         "model: {_target_: my_net.Net, n_hidden: 4}\n"
-        "trainer: {stop: [2, iteration]}\n")
+        "trainer: {stop: [2, iteration]}\n"
+    )
     (tmp_path / "my_net.py").write_text(
         "import chainer, chainer.links as L\n"
         "class Net(chainer.Chain):\n"
@@ -82,7 +87,8 @@ def test_users_own_recipe_directory(tmp_path):
         "            self.l1 = L.Linear(None, n_hidden)\n"
         "            self.l2 = L.Linear(None, 10)\n"
         "    def forward(self, x):\n"
-        "        return self.l2(self.l1(x))\n")
+        "        return self.l2(self.l1(x))\n"
+    )
     r = mnframe("--config-dir", "./my_recipes", "recipe=my_model", cwd=tmp_path, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     [run] = list((tmp_path / "runs" / "my_model").iterdir())

@@ -4,6 +4,7 @@ The program sees what plain ``python`` gives it (argv, ``__main__``, sys.path[0]
 ``chainermn`` is mnframe, and the abort guard ends the whole MPI job when one
 rank raises. Every MPI job runs under a timeout (run_mpi kills its group).
 """
+
 import json
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from mnframe.testing import run_mpi
 
 REPO = Path(__file__).resolve().parent.parent
 
-PROBE = textwrap.dedent('''
+PROBE = textwrap.dedent("""
     import json, pickle, sys
 
     class Point:  # defined in __main__: pickles by reference, as under plain python
@@ -29,12 +30,12 @@ PROBE = textwrap.dedent('''
         "pickles": type(pickle.loads(pickle.dumps(Point()))).__name__,
         "chainermn": sys.modules["chainermn"].__name__ if "chainermn" in sys.modules else None,
     }))
-''')
+""")
 
 
 def _probe(output):
     line = next(s for s in output.splitlines() if s.startswith("PROBE "))
-    return json.loads(line[len("PROBE "):])
+    return json.loads(line[len("PROBE ") :])
 
 
 def _python(args, cwd):
@@ -63,18 +64,23 @@ def test_a_module_sees_what_python_dash_m_gives_it(tmp_path):
 
 
 def test_chainermn_is_mnframe_inside_the_program(tmp_path):
-    code = ("import chainermn, chainermn.communicators.flat_communicator as f, mnframe.communicators.flat as g\n"
-            "print('SAME', chainermn.__name__, f.FlatCommunicator is g.FlatCommunicator)")
+    code = (
+        "import chainermn, chainermn.communicators.flat_communicator as f, mnframe.communicators.flat as g\n"
+        "print('SAME', chainermn.__name__, f.FlatCommunicator is g.FlatCommunicator)"
+    )
     result = _python(["-m", "mnframe.compat", "-c", code], cwd=tmp_path)
     assert "SAME mnframe True" in result.stdout, result.stderr[-3000:]
 
 
-@pytest.mark.parametrize("args,message", [
-    ([], "usage: python -m mnframe.compat"),
-    (["-m"], "argument expected for the -m option"),
-    (["--bogus"], "unknown option '--bogus'"),
-    (["missing_script.py"], "can't open file"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ([], "usage: python -m mnframe.compat"),
+        (["-m"], "argument expected for the -m option"),
+        (["--bogus"], "unknown option '--bogus'"),
+        (["missing_script.py"], "can't open file"),
+    ],
+)
 def test_usage_errors_exit_2_with_a_message(tmp_path, args, message):
     result = _python(["-m", "mnframe.compat", *args], cwd=tmp_path)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
@@ -86,7 +92,7 @@ def test_sys_exit_status_is_the_programs(tmp_path):
     assert _python(["-m", "mnframe.compat", str(script)], cwd=tmp_path).returncode == 3
 
 
-FAILING = textwrap.dedent('''
+FAILING = textwrap.dedent("""
     import chainermn
 
     def train(comm):
@@ -96,15 +102,20 @@ FAILING = textwrap.dedent('''
 
     comm = chainermn.create_communicator("naive")
     train(comm)
-''')
+""")
 
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_an_uncaught_exception_on_one_rank_aborts_the_job(tmp_path, n):
     script = tmp_path / "failing.py"
     script.write_text(FAILING)
-    result = run_mpi(["-m", "mnframe.compat", str(script)], n=n, timeout=60, cwd=str(tmp_path),
-                     env={"MNFRAME_COLLECTIVE_TIMEOUT": "600"})
+    result = run_mpi(
+        ["-m", "mnframe.compat", str(script)],
+        n=n,
+        timeout=60,
+        cwd=str(tmp_path),
+        env={"MNFRAME_COLLECTIVE_TIMEOUT": "600"},
+    )
     assert not result.timed_out and result.elapsed < 45, result.output[-4000:]
     assert result.returncode != 0
     err = result.stderr
@@ -114,7 +125,7 @@ def test_an_uncaught_exception_on_one_rank_aborts_the_job(tmp_path, n):
     assert "mnframe/compat" not in err and "runpy" not in err
 
 
-PYTEST_FILE = textwrap.dedent('''
+PYTEST_FILE = textwrap.dedent("""
     import chainermn
     import mnframe
     import numpy as np
@@ -127,12 +138,16 @@ PYTEST_FILE = textwrap.dedent('''
         assert chainermn is mnframe
         total = comm.allreduce(np.array([comm.rank + 1.0]))
         assert total[0] == comm.size * (comm.size + 1) / 2
-''')
+""")
 
 
 def test_pytest_runs_chainermn_style_tests_under_mpiexec(tmp_path):
     (tmp_path / "test_style.py").write_text(PYTEST_FILE)
-    result = run_mpi(["-m", "mnframe.compat", "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_style.py"],
-                     n=2, timeout=120, cwd=str(tmp_path))
+    result = run_mpi(
+        ["-m", "mnframe.compat", "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_style.py"],
+        n=2,
+        timeout=120,
+        cwd=str(tmp_path),
+    )
     assert not result.timed_out and result.returncode == 0, result.output[-4000:]
     assert result.stdout.count("1 passed") == 2

@@ -2,6 +2,7 @@
 project directory, its `python -m mnframe` commands run there exactly as written
 (`mpiexec -n N` under an outer timeout), the `--check` outputs it shows are what the
 commands print, and both recipes train (falling loss, validation accuracy in the log)."""
+
 import json
 import re
 import shlex
@@ -28,7 +29,7 @@ def run(command, cwd):
     args = shlex.split(command)
     if args[0] == "mpiexec":
         n = int(args[args.index("-n") + 1])
-        rest = args[args.index("python") + 1:]
+        rest = args[args.index("python") + 1 :]
         r = run_mpi(rest, n=n, timeout=240, cwd=str(cwd))
         assert not r.timed_out, f"{command} timed out\n{r.output[-3000:]}"
         return r.returncode, r.output
@@ -44,7 +45,7 @@ def project(tmp_path_factory):
     for _, text in blocks():
         first = text.splitlines()[0] if text else ""
         if first.startswith("# file: "):
-            path = root / first[len("# file: "):].strip()
+            path = root / first[len("# file: ") :].strip()
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
     return root
@@ -94,8 +95,11 @@ def test_the_readme_model_parallel_recipe_works_as_written(tmp_path):
     (tmp_path / "my_recipes" / "my_mp.yaml").write_text(snippet)
     command = "mpiexec -n 2 python -m mnframe --config-dir my_recipes recipe=my_mp"
     assert command in readme
-    status, output = run(command + " extensions=minimal trainer.stop=[30,iteration] "
-                         "extensions.log_report.interval=10 extensions.log_report.unit=iteration", tmp_path)
+    status, output = run(
+        command + " extensions=minimal trainer.stop=[30,iteration] "
+        "extensions.log_report.interval=10 extensions.log_report.unit=iteration",
+        tmp_path,
+    )
     assert status == 0, output[-3000:]
     [run_dir] = list((tmp_path / "runs" / "my_mp").iterdir())
     log = json.loads((run_dir / "log").read_text())

@@ -4,6 +4,7 @@ A module declares ``MPI_SIZES = (1, 2, 3)`` (default) and optionally
 ``MPI_TIMEOUT = seconds`` (default 240) and ``MPI_ENV = {...}``, all as
 literals. Inside, tests compute expectations from rank and size.
 """
+
 import ast
 from pathlib import Path
 
@@ -33,10 +34,27 @@ def _cases():
 
 @pytest.mark.parametrize("path,n,decl", list(_cases()))
 def test_mpi_module(path, n, decl):
-    result = run_mpi(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
-                      "--rootdir", str(MPI_DIR), "-c", "/dev/null", str(path)],
-                     n=n, timeout=decl["MPI_TIMEOUT"], env=decl["MPI_ENV"],
-                     cwd=str(Path(__file__).parent.parent))
+    result = run_mpi(
+        [
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "--rootdir",
+            str(MPI_DIR),
+            "-c",
+            "/dev/null",
+            str(path),
+        ],
+        n=n,
+        timeout=decl["MPI_TIMEOUT"],
+        env=decl["MPI_ENV"],
+        cwd=str(Path(__file__).parent.parent),
+    )
     if result.timed_out:
         pytest.fail(f"{path.name} with {n} ranks timed out after {decl['MPI_TIMEOUT']}s\n{result.output[-6000:]}")
     if result.returncode != 0:

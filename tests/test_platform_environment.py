@@ -5,6 +5,7 @@ One line names the package, why and what to install; exit status 3
 with ``MPI4PY_LIBMPI`` pointing at no library: mpi4py's own "cannot load MPI
 library", as in a venv without the ``mpich`` extra or a cluster MPI.
 """
+
 import os
 import subprocess
 import sys
@@ -19,8 +20,14 @@ NO_MPI = {"MPI4PY_LIBMPI": "/nonexistent/libmpi.so.12"}
 
 def run_mnframe(args, tmp_path, env=None, timeout=180):
     full_env = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "mnframe", *args], cwd=str(tmp_path), env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "mnframe", *args],
+        cwd=str(tmp_path),
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_exit_status_table():
@@ -34,8 +41,10 @@ def test_no_mpi_library_is_one_line_naming_the_fix(args, tmp_path):
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("mnframe: environment problem: mpi4py cannot load an MPI library (cannot load MPI "
-                               "library: none of libmpi.so.12 found); fix: ")
+    assert lines[0].startswith(
+        "mnframe: environment problem: mpi4py cannot load an MPI library (cannot load MPI "
+        "library: none of libmpi.so.12 found); fix: "
+    )
     assert 'pip install "mnframe[mpich]"' in lines[0] and "cluster's MPI" in lines[0]
     assert not (tmp_path / "runs").exists()
 
@@ -59,7 +68,8 @@ def test_target_whose_own_import_fails_is_an_environment_problem_not_a_config_er
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip() == (
         "mnframe: environment problem: needs_missing cannot be imported: it needs mnframe_no_such_package_xyz, "
-        "which is not installed; fix: pip install mnframe_no_such_package_xyz")
+        "which is not installed; fix: pip install mnframe_no_such_package_xyz"
+    )
 
 
 def test_misspelt_target_module_stays_a_config_error(tmp_path):
@@ -72,25 +82,45 @@ def _missing(name):
     return ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 
-@pytest.mark.parametrize("module,exc,expected", [
-    ("mnframe.optimizers.fused", _missing("numpy.distutils"),
-     "mnframe.optimizers.fused cannot be imported (No module named 'numpy.distutils'): Chainer 7.8.1 needs "
-     f"mnframe's import hook here; fix: {HOOK_FIX}"),
-    ("chainer", AttributeError("`np.sctypes` was removed in the NumPy 2.0 release."),
-     "chainer cannot be imported (`np.sctypes` was removed in the NumPy 2.0 release.): Chainer 7.8.1 needs "
-     f"mnframe's import hook here; fix: {HOOK_FIX}"),
-    ("hydra", _missing("hydra"), "hydra is not installed; fix: pip install hydra-core"),
-    ("mnframe.recipes.mnist.data", _missing("sklearn"),
-     "mnframe.recipes.mnist.data cannot be imported: it needs sklearn, which is not installed; "
-     "fix: pip install scikit-learn"),
-    ("mpi4py.MPI", RuntimeError("cannot load MPI library\n/v/lib/libmpi.so.12: cannot open shared object file: "
-                                "No such file or directory\nlibmpi.so.40: cannot open shared object file: No such"),
-     f"mpi4py cannot load an MPI library (cannot load MPI library: none of libmpi.so.12, libmpi.so.40 found); "
-     f"fix: {MPI_FIX}"),
-    ("mpi4py.MPI", RuntimeError("cannot load MPI library\nlibmpi.so.12: undefined symbol: MPI_Foo\nx: y"),
-     f"mpi4py cannot load an MPI library (cannot load MPI library libmpi.so.12: undefined symbol: MPI_Foo); "
-     f"fix: {MPI_FIX}"),
-])
+@pytest.mark.parametrize(
+    "module,exc,expected",
+    [
+        (
+            "mnframe.optimizers.fused",
+            _missing("numpy.distutils"),
+            "mnframe.optimizers.fused cannot be imported (No module named 'numpy.distutils'): Chainer 7.8.1 needs "
+            f"mnframe's import hook here; fix: {HOOK_FIX}",
+        ),
+        (
+            "chainer",
+            AttributeError("`np.sctypes` was removed in the NumPy 2.0 release."),
+            "chainer cannot be imported (`np.sctypes` was removed in the NumPy 2.0 release.): Chainer 7.8.1 needs "
+            f"mnframe's import hook here; fix: {HOOK_FIX}",
+        ),
+        ("hydra", _missing("hydra"), "hydra is not installed; fix: pip install hydra-core"),
+        (
+            "mnframe.recipes.mnist.data",
+            _missing("sklearn"),
+            "mnframe.recipes.mnist.data cannot be imported: it needs sklearn, which is not installed; "
+            "fix: pip install scikit-learn",
+        ),
+        (
+            "mpi4py.MPI",
+            RuntimeError(
+                "cannot load MPI library\n/v/lib/libmpi.so.12: cannot open shared object file: "
+                "No such file or directory\nlibmpi.so.40: cannot open shared object file: No such"
+            ),
+            f"mpi4py cannot load an MPI library (cannot load MPI library: none of libmpi.so.12, libmpi.so.40 found); "
+            f"fix: {MPI_FIX}",
+        ),
+        (
+            "mpi4py.MPI",
+            RuntimeError("cannot load MPI library\nlibmpi.so.12: undefined symbol: MPI_Foo\nx: y"),
+            f"mpi4py cannot load an MPI library (cannot load MPI library libmpi.so.12: undefined symbol: MPI_Foo); "
+            f"fix: {MPI_FIX}",
+        ),
+    ],
+)
 def test_explain(module, exc, expected):
     assert explain(module, exc) == expected
 
@@ -108,19 +138,26 @@ CHECK_STACK = os.path.join(REPO, "scripts", "check_stack.py")
 
 def test_check_stack_passes_here(tmp_path):
     """scripts/setup.sh ends with this check; here the stack works."""
-    proc = subprocess.run([sys.executable, CHECK_STACK], cwd=str(tmp_path), capture_output=True, text=True,
-                          timeout=180)
+    proc = subprocess.run([sys.executable, CHECK_STACK], cwd=str(tmp_path), capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"Python {sys.version.split()[0]}, chainer 7.8.1, numpy ")
 
 
-@pytest.mark.skipif(not (sys.version_info >= (3, 12) or int(__import__("numpy").__version__.split(".")[0]) >= 2),
-                    reason="with NumPy 1.x on Python <= 3.11 Chainer imports without the hook")
+@pytest.mark.skipif(
+    not (sys.version_info >= (3, 12) or int(__import__("numpy").__version__.split(".")[0]) >= 2),
+    reason="with NumPy 1.x on Python <= 3.11 Chainer imports without the hook",
+)
 def test_check_stack_fails_and_says_why_when_chainer_does_not_import(tmp_path):
     """What setup.sh reports (then exits 1) when the stack it installed does not import: here
     Chainer without the hook (MNFRAME_CHAINER_HOOK=0), where it needs numpy.distutils or sctypes."""
-    proc = subprocess.run([sys.executable, CHECK_STACK], cwd=str(tmp_path), capture_output=True, text=True,
-                          timeout=180, env=dict(os.environ, MNFRAME_CHAINER_HOOK="0"))
+    proc = subprocess.run(
+        [sys.executable, CHECK_STACK],
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=dict(os.environ, MNFRAME_CHAINER_HOOK="0"),
+    )
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("chainer without mnframe: chainer cannot be imported (")
     assert proc.stderr.strip().endswith(f"Chainer 7.8.1 needs mnframe's import hook here; fix: {HOOK_FIX}")

@@ -5,6 +5,7 @@ runs these on every cell of the matrix), from an empty directory, so what is
 tested is the installed import hook (``mnframe-chainer-hook.pth`` ->
 ``_mnframe_chainer_hook``), not pytest's conftest (which imports mnframe).
 """
+
 import json
 import os
 import subprocess
@@ -28,8 +29,14 @@ def run_python(code, tmp_path, env=None, args=(), timeout=180):
     full_env.update(env or {})
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(code))
-    proc = subprocess.run([sys.executable, str(script), *args], cwd=str(tmp_path), env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, str(script), *args],
+        cwd=str(tmp_path),
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
@@ -58,12 +65,16 @@ def test_pth_is_in_site_packages():
 
 
 def test_chainer_forward_backward_in_a_script_that_never_imports_mnframe(tmp_path):
-    out = run_python(FORWARD_BACKWARD + """
+    out = run_python(
+        FORWARD_BACKWARD
+        + """
     import sys, _mnframe_chainer_hook
     assert "mnframe" not in sys.modules
     assert _mnframe_chainer_hook.installed_by_pth()
     print("ok", numpy.__version__, hasattr(numpy, "sctypes"))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert out.split()[0] == "ok" and out.split()[1] == numpy.__version__
     assert out.split()[2] == "True"  # Chainer reads numpy.sctypes at run time too (F.as_strided)
 
@@ -71,11 +82,14 @@ def test_chainer_forward_backward_in_a_script_that_never_imports_mnframe(tmp_pat
 def test_chainer_imports_without_setuptools_and_numpy_distutils(tmp_path):
     """setuptools absent (Python >= 3.12 venvs; pkg_resources gone in setuptools 82) and no
     numpy.distutils (NumPy 2, Python >= 3.12): stand-ins exist only while Chainer imports."""
-    out = run_python("""
+    out = run_python(
+        """
     import json, sys
     for name in ("pkg_resources", "setuptools", "numpy.distutils"):
         sys.modules[name] = None  # any import of it now fails, as when it is not installed
-    """ + FORWARD_BACKWARD + """
+    """
+        + FORWARD_BACKWARD
+        + """
     import chainer.testing
     import chainer._environment_check as env_check
     # Chainer's modules kept the stand-in they imported ...
@@ -88,34 +102,45 @@ def test_chainer_imports_without_setuptools_and_numpy_distutils(tmp_path):
     skip_if = lambda *req: chainer.testing.with_requires(*req)(lambda: None).__dict__.get("__unittest_skip__", False)
     print(json.dumps([skip_if("numpy>=1.9"), skip_if("numpy<1.0"), skip_if("no-such-dist-xyz"),
                       skip_if("numpy>=1.9", "chainer==7.8.1")]))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert json.loads(out.strip().splitlines()[-1]) == [False, True, True, False]
 
 
 def test_numpy_untouched_in_a_process_that_never_imports_chainer(tmp_path):
-    out = run_python("""
+    out = run_python(
+        """
     import sys, json
     at_start = sorted(m for m in sys.modules if m.split(".")[0] in ("numpy", "mnframe", "chainer", "pkg_resources"))
     import numpy
     print(json.dumps({"at_start": at_start, "sctypes": hasattr(numpy, "sctypes"),
                       "extra": [m for m in ("numpy.distutils", "pkg_resources") if m in sys.modules]}))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     seen = json.loads(out)
     assert seen == {"at_start": [], "sctypes": not NUMPY2, "extra": []}
 
 
 @pytest.mark.parametrize("order", ["chainer first", "mnframe first"])
 def test_import_order(order, tmp_path):
-    first, second = ("import chainer", "import mnframe as chainermn") if order == "chainer first" else \
-        ("import mnframe as chainermn", "import chainer")
-    out = run_python(f"""
+    first, second = (
+        ("import chainer", "import mnframe as chainermn")
+        if order == "chainer first"
+        else ("import mnframe as chainermn", "import chainer")
+    )
+    out = run_python(
+        f"""
     {first}
     {second}
     import numpy
     comm = chainermn.create_communicator("naive")
     x = numpy.full(3, 2.0, numpy.float32)
     print(comm.size, comm.allreduce(x).tolist(), chainer.__version__)
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert out.split("\n")[0] == "1 [2.0, 2.0, 2.0] 7.8.1"
 
 
@@ -153,18 +178,27 @@ def test_without_the_pth_import_mnframe_installs_the_hook_and_preloads_it(tmp_pa
     installs it and adds mnframe to the forkserver preload list, so workers get it too."""
     out = run_python(FORKSERVER_SCRIPT, tmp_path, env={"MNFRAME_CHAINER_HOOK": "0"})
     assert out.strip() == "['__main__', 'mnframe'] [(True, (2, 2))]"
-    out = run_python("""
+    out = run_python(
+        """
     import sys, _mnframe_chainer_hook as hook
     print(hook.ChainerFinder in sys.meta_path)
-    """, tmp_path, env={"MNFRAME_CHAINER_HOOK": "0"})
+    """,
+        tmp_path,
+        env={"MNFRAME_CHAINER_HOOK": "0"},
+    )
     assert out.strip() == "False"
 
 
 def test_startup_imports_only_the_hook(tmp_path):
     """What every interpreter of the environment pays: importing the hook package, nothing else
     (python -X importtime; README 'Supported platforms' gives the measured cost)."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], capture_output=True, text=True,
-                          cwd=str(tmp_path), timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "pass"],
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+        timeout=60,
+    )
     names = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
     assert "_mnframe_chainer_hook" in names
     unwanted = [n for n in names if n.split(".")[0] in ("numpy", "mnframe", "chainer") or n.endswith(".stand_ins")]
@@ -173,20 +207,24 @@ def test_startup_imports_only_the_hook(tmp_path):
 
 # -- the pkg_resources stand-in's requirement checks ---------------------------------
 
-@pytest.mark.parametrize("version,clause,expected", [
-    ("7.8.1", ">=7.7.0,<8.0.0", True),
-    ("8.0.0", ">=7.7.0,<8.0.0", False),
-    ("8.0.0rc1", "<8.0.0", True),
-    ("2.0.0.post3", ">=2.0.0.post3, <2.1", True),
-    ("2.0.0", ">=2.0.0.post3", False),
-    ("1.26.4", "==1.26.*", True),
-    ("2.1.0", "==1.26.*", False),
-    ("1.4.5", "~=1.4.2", True),
-    ("1.5.0", "~=1.4.2", False),
-    ("2.0.0.dev0", ">=2.0.0", False),
-    ("1.0", "==1.0.0", True),
-    ("1.0", "!=1.0.0", False),
-])
+
+@pytest.mark.parametrize(
+    "version,clause,expected",
+    [
+        ("7.8.1", ">=7.7.0,<8.0.0", True),
+        ("8.0.0", ">=7.7.0,<8.0.0", False),
+        ("8.0.0rc1", "<8.0.0", True),
+        ("2.0.0.post3", ">=2.0.0.post3, <2.1", True),
+        ("2.0.0", ">=2.0.0.post3", False),
+        ("1.26.4", "==1.26.*", True),
+        ("2.1.0", "==1.26.*", False),
+        ("1.4.5", "~=1.4.2", True),
+        ("1.5.0", "~=1.4.2", False),
+        ("2.0.0.dev0", ">=2.0.0", False),
+        ("1.0", "==1.0.0", True),
+        ("1.0", "!=1.0.0", False),
+    ],
+)
 def test_stand_in_version_clauses(version, clause, expected):
     clauses = stand_ins._split("pkg" + clause)[1]
     assert all(stand_ins.satisfies(version, op, want) for op, want in clauses) is expected

@@ -7,6 +7,7 @@ fresh interpreter per rank under ``mpiexec -n 2`` with a timeout; the test
 checks that training happened (log entries, falling loss, accuracy) and that
 each rank got the shard its rank and the world size call for.
 """
+
 import json
 import textwrap
 

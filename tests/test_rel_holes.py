@@ -4,6 +4,7 @@ Every job runs under ``run_mpi`` with an outer timeout (a hang fails the test an
 the process group is killed); each test asserts the exit status, the time from
 the injected event to the end of the job, and the message.
 """
+
 import json
 import os
 import signal
@@ -12,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_rel_jobs import TRAIN_SCRIPT, _done, _losses, _signal_when
 
 from mnframe.testing import run_mpi
-from test_rel_jobs import TRAIN_SCRIPT, _done, _losses, _signal_when
 
 REPO = Path(__file__).resolve().parent.parent
 OUTER_TIMEOUT = 90
@@ -88,6 +89,7 @@ def _mark(tmp_path, rank, what="event"):
 
 # -- 1. the end of the job has a deadline -------------------------------------------------------
 
+
 def test_exit_deadline_rank_stuck_after_its_last_collective(tmp_path):
     result, end = _hole(tmp_path, "stuck-after-last-collective", MNFRAME_COLLECTIVE_TIMEOUT=4)
     assert result.returncode == 124, result.output[-3000:]
@@ -136,11 +138,26 @@ def make():
 
 def test_deadline_extension_finalize_blocks_through_the_runner(tmp_path):
     (tmp_path / "stuck_ext.py").write_text(STUCK_EXTENSION)
-    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}", "MARK_DIR": str(tmp_path),
-           "MNFRAME_EXIT_TIMEOUT": "4s", "MNFRAME_COLLECTIVE_TIMEOUT": "4s"}
-    result = run_mpi(["-m", "mnframe", "trainer.stop=[2,iteration]", "extensions=minimal",
-                      "+extensions.stuck={kind: custom, rank0_only: false, _target_: stuck_ext.make}",
-                      f"hydra.run.dir={tmp_path}/run"], n=2, timeout=OUTER_TIMEOUT, env=env, cwd=str(REPO))
+    env = {
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}",
+        "MARK_DIR": str(tmp_path),
+        "MNFRAME_EXIT_TIMEOUT": "4s",
+        "MNFRAME_COLLECTIVE_TIMEOUT": "4s",
+    }
+    result = run_mpi(
+        [
+            "-m",
+            "mnframe",
+            "trainer.stop=[2,iteration]",
+            "extensions=minimal",
+            "+extensions.stuck={kind: custom, rank0_only: false, _target_: stuck_ext.make}",
+            f"hydra.run.dir={tmp_path}/run",
+        ],
+        n=2,
+        timeout=OUTER_TIMEOUT,
+        env=env,
+        cwd=str(REPO),
+    )
     end = time.time()
     assert not result.timed_out, f"job hung past {OUTER_TIMEOUT}s:\n{result.output[-4000:]}"
     assert result.returncode == 124, result.output[-3000:]
@@ -155,6 +172,7 @@ def test_deadline_extension_finalize_blocks_through_the_runner(tmp_path):
 
 # -- 2. an exception before create_communicator ---------------------------------------------------
 
+
 def test_exception_before_the_communicator_aborts_the_job(tmp_path):
     result, end = _hole(tmp_path, "raise-before-communicator")
     assert result.returncode == 1, result.output[-3000:]
@@ -166,6 +184,7 @@ def test_exception_before_the_communicator_aborts_the_job(tmp_path):
 
 
 # -- 3. MNFRAME_* settings are validated when the communicator is created ----------------------
+
 
 @pytest.mark.parametrize("value", ["-1", "ten", "5 minutes"])
 def test_bad_setting_is_rejected_on_every_rank(tmp_path, value):
@@ -190,6 +209,7 @@ def test_setting_with_a_unit_keeps_the_deadline_working(tmp_path):
 
 # -- 7. a raw MPI call is named in the timeout report --------------------------------------------
 
+
 def test_timeout_report_names_a_raw_mpi_call(tmp_path):
     result, end = _hole(tmp_path, "raw-mpi-call", MNFRAME_COLLECTIVE_TIMEOUT=3)
     assert result.returncode == 124, result.output[-3000:]
@@ -202,6 +222,7 @@ def test_timeout_report_names_a_raw_mpi_call(tmp_path):
 
 # -- 7. os._exit(n) on one rank is named ----------------------------------------------------------
 
+
 def test_os_exit_on_one_rank_is_named(tmp_path):
     # The sentinel (runtime/sentinel.py) reads the exit status before the launcher reaps the
     # rank: best effort on a loaded machine, so up to three attempts must name it once.
@@ -212,8 +233,9 @@ def test_os_exit_on_one_rank_is_named(tmp_path):
         took = end - _mark(tmp_path, 1)
         assert took < 5.0, f"job ended {took:.1f} s after os._exit\n{result.output[-3000:]}"
         if "mnframe: rank 1 (pid " in result.stderr:
-            assert "on host" in result.stderr and "exited with status 7 without running its exit handlers" \
-                in result.stderr, result.stderr[-3000:]
+            assert (
+                "on host" in result.stderr and "exited with status 7 without running its exit handlers" in result.stderr
+            ), result.stderr[-3000:]
             named = True
             break
     assert named, result.output[-3000:]
@@ -221,6 +243,7 @@ def test_os_exit_on_one_rank_is_named(tmp_path):
 
 
 # -- jobs of the training script (tests/test_rel_jobs.py's TRAIN_SCRIPT) ------------------------
+
 
 def _train(run_dir, n=2, **env):
     script = Path(run_dir) / "train.py"
@@ -239,6 +262,7 @@ def _params(path):
 
 # -- 4. garbage collection never deletes the newest good checkpoint ------------------------------
 
+
 def test_gc_keeps_the_checkpoint_just_written_and_reports_bad_ones(tmp_path):
     result, _ = _train(tmp_path, ITERS=30, INTERVAL=10, KEEP=3)
     assert result.returncode == 0, result.output[-3000:]
@@ -248,14 +272,13 @@ def test_gc_keeps_the_checkpoint_just_written_and_reports_bad_ones(tmp_path):
     data[len(data) // 2] ^= 0xFF
     victim.write_bytes(bytes(data))
     (ckpts / "iter_99999999").mkdir()  # junk: no manifest
-    (ckpts / "notes").mkdir()          # foreign
+    (ckpts / "notes").mkdir()  # foreign
     start = time.time()
     result, end = _train(tmp_path, ITERS=21, INTERVAL=1, KEEP=1)
     assert result.returncode == 0, result.output[-3000:]
     assert end - start < 60
     assert _done(tmp_path, 0)["resumed_from"] == "iter_00000020"
-    assert sorted(p.name for p in ckpts.iterdir()) == ["iter_00000021", "iter_00000030", "iter_99999999",
-                                                      "notes"]
+    assert sorted(p.name for p in ckpts.iterdir()) == ["iter_00000021", "iter_00000030", "iter_99999999", "notes"]
     err = result.stderr
     assert err.count("iter_00000030 not collected and not counted against keep=1") == 1
     assert "resume found it damaged" in err and "wrong SHA-256" in err
@@ -268,6 +291,7 @@ def test_gc_keeps_the_checkpoint_just_written_and_reports_bad_ones(tmp_path):
 
 
 # -- 5. exact resume of ChainerMN's pattern: scatter_dataset(shuffle=True) without a seed --------
+
 
 def test_exact_resume_with_unseeded_scatter_after_sigkill(tmp_path):
     env = {"SCATTER_SEED": "none", "ITERATOR": "global", "DUMP_AT": 13}
@@ -339,6 +363,7 @@ with open(os.path.join(out, f"done.rank{comm.rank}.json"), "w") as f:
 def test_sigterm_checkpoints_with_chainermn_extensions(tmp_path, kind):
     import ast
     import threading
+
     script = tmp_path / "preempt.py"
     script.write_text(PREEMPT_SCRIPT)
     sent = {}
@@ -346,10 +371,12 @@ def test_sigterm_checkpoints_with_chainermn_extensions(tmp_path, kind):
     def send():
         _signal_when(tmp_path / "loss.rank0.txt", "mpiexec", signal.SIGTERM)
         sent["at"] = time.time()
+
     helper = threading.Thread(target=send, daemon=True)
     helper.start()
-    result = run_mpi([str(script), kind, str(tmp_path)], n=2, timeout=OUTER_TIMEOUT,
-                     env={"PYTHONPATH": str(REPO)}, cwd=str(tmp_path))
+    result = run_mpi(
+        [str(script), kind, str(tmp_path)], n=2, timeout=OUTER_TIMEOUT, env={"PYTHONPATH": str(REPO)}, cwd=str(tmp_path)
+    )
     end = time.time()
     helper.join(timeout=5)
     assert not result.timed_out, result.output[-3000:]
@@ -363,17 +390,25 @@ def test_sigterm_checkpoints_with_chainermn_extensions(tmp_path, kind):
         assert sorted(p.name for p in tmp_path.glob("cp.*")) == [f"cp.0.{stop}", f"cp.1.{stop}"]
         # the restart resumes from the preemption checkpoint
         (tmp_path / "loss.rank0.txt").unlink()
-        again = run_mpi([str(script), kind, str(tmp_path)], n=2, timeout=OUTER_TIMEOUT,
-                        env={"PYTHONPATH": str(REPO)}, cwd=str(tmp_path),
-                        signal_after=None)
+        again = run_mpi(
+            [str(script), kind, str(tmp_path)],
+            n=2,
+            timeout=OUTER_TIMEOUT,
+            env={"PYTHONPATH": str(REPO)},
+            cwd=str(tmp_path),
+            signal_after=None,
+        )
         assert again.returncode == 0, again.output[-3000:]
         assert ast.literal_eval((tmp_path / "done.rank0.json").read_text())["resumed"] == stop
     else:
         assert sorted(p.name for p in tmp_path.glob("snapshot_iter_*")) == [
-            f"snapshot_iter_{stop}.0", f"snapshot_iter_{stop}.1"]
+            f"snapshot_iter_{stop}.0",
+            f"snapshot_iter_{stop}.1",
+        ]
 
 
 # -- 7. a full disk: the real error only ----------------------------------------------------------
+
 
 def test_full_disk_reports_the_error_without_zipfile_noise(tmp_path):
     result, _ = _train(tmp_path, FULL_RANK=1, FULL_AT=4, INTERVAL=5)
@@ -386,6 +421,7 @@ def test_full_disk_reports_the_error_without_zipfile_noise(tmp_path):
 
 # -- 7. a data file that is not an npz ----------------------------------------------------------
 
+
 def test_random_train_npz_gets_a_clear_error(tmp_path):
     data = tmp_path / "mnist"
     data.mkdir()
@@ -393,9 +429,21 @@ def test_random_train_npz_gets_a_clear_error(tmp_path):
     for name in ("train.npz", "test.npz"):
         (data / name).write_bytes(rs.bytes(4096))
     start = time.time()
-    result = run_mpi(["-m", "mnframe", "dataset=mnist", f"dataset.source.path={data}",
-                      "trainer.stop=[1,iteration]", "extensions=minimal", f"hydra.run.dir={tmp_path}/run"],
-                     n=2, timeout=OUTER_TIMEOUT, env={"PYTHONPATH": str(REPO)}, cwd=str(REPO))
+    result = run_mpi(
+        [
+            "-m",
+            "mnframe",
+            "dataset=mnist",
+            f"dataset.source.path={data}",
+            "trainer.stop=[1,iteration]",
+            "extensions=minimal",
+            f"hydra.run.dir={tmp_path}/run",
+        ],
+        n=2,
+        timeout=OUTER_TIMEOUT,
+        env={"PYTHONPATH": str(REPO)},
+        cwd=str(REPO),
+    )
     assert not result.timed_out, result.output[-3000:]
     assert result.returncode == 2, result.output[-3000:]
     assert time.time() - start < 60

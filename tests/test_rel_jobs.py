@@ -5,6 +5,7 @@ Every job runs a tiny data-parallel Chainer script (TRAIN_SCRIPT below, written
 into the test's directory) through ``run_mpi`` with an outer timeout; run_mpi
 kills the process group afterwards, so no rank outlives a test.
 """
+
 import json
 import os
 import signal
@@ -231,12 +232,15 @@ sys.exit(run_main(main, sys.argv[1]))
 """
 
 
-@pytest.mark.parametrize("mode,status,text", [
-    ("ok", 0, None),
-    ("config-all", 2, "mnframe: configuration error: optimizer.lr must be > 0 (got -1)"),
-    ("config-one", 2, "the other ranks did not report it"),
-    ("exit", 5, "SystemExit(5) on rank 1/2"),
-])
+@pytest.mark.parametrize(
+    "mode,status,text",
+    [
+        ("ok", 0, None),
+        ("config-all", 2, "mnframe: configuration error: optimizer.lr must be > 0 (got -1)"),
+        ("config-one", 2, "the other ranks did not report it"),
+        ("exit", 5, "SystemExit(5) on rank 1/2"),
+    ],
+)
 def test_run_main_exit_statuses(tmp_path, mode, status, text):
     script = tmp_path / "main.py"
     script.write_text(RUN_MAIN_SCRIPT)
@@ -255,19 +259,20 @@ def job(tmp_path):
     script.write_text(TRAIN_SCRIPT)
 
     def run(n, signal_after=None, during=None, **env):
-        full_env = {"RUN_DIR": str(tmp_path), "PYTHONPATH": str(REPO),
-                    "MNFRAME_COLLECTIVE_TIMEOUT": "60"}
+        full_env = {"RUN_DIR": str(tmp_path), "PYTHONPATH": str(REPO), "MNFRAME_COLLECTIVE_TIMEOUT": "60"}
         full_env.update({k: str(v) for k, v in env.items()})
         helper = None
         if during is not None:
             helper = threading.Thread(target=during, daemon=True)
             helper.start()
-        result = run_mpi([str(script)], n=n, timeout=OUTER_TIMEOUT, env=full_env, cwd=str(tmp_path),
-                         signal_after=signal_after)
+        result = run_mpi(
+            [str(script)], n=n, timeout=OUTER_TIMEOUT, env=full_env, cwd=str(tmp_path), signal_after=signal_after
+        )
         if helper is not None:
             helper.join(timeout=5)
         assert not result.timed_out, f"job hung past {OUTER_TIMEOUT}s:\n{result.output[-4000:]}"
         return result, time.time()
+
     return run
 
 
@@ -290,6 +295,7 @@ def _losses(tmp_path, rank):
 
 # -- 1. fail fast ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("n,fail_rank", [(2, 0), (4, 3)])  # failing rank first / last
 def test_failure_in_iteration_aborts_job_fast(job, tmp_path, n, fail_rank):
     result, end = job(n, FAIL_STAGE="iteration", FAIL_RANK=fail_rank, FAIL_ITER=3)
@@ -301,8 +307,7 @@ def test_failure_in_iteration_aborts_job_fast(job, tmp_path, n, fail_rank):
     assert "Traceback" in err and f"injected failure during iteration on rank {fail_rank}" in err
 
 
-@pytest.mark.parametrize("stage,fail_rank", [("config", 1), ("model", 0), ("checkpoint", 1),
-                                             ("evaluation", 1)])
+@pytest.mark.parametrize("stage,fail_rank", [("config", 1), ("model", 0), ("checkpoint", 1), ("evaluation", 1)])
 def test_failure_in_each_stage_aborts_job_fast(job, tmp_path, stage, fail_rank):
     result, end = job(2, FAIL_STAGE=stage, FAIL_RANK=fail_rank, FAIL_ITER=3)
     assert result.returncode == 1, result.output[-3000:]
@@ -351,6 +356,7 @@ def test_clean_run_exits_0(tmp_path):
 
 # -- 2. collective deadline ----------------------------------------------------------------------
 
+
 def test_collective_timeout_reports_and_exits_124(job, tmp_path):
     result, end = job(2, STOP_RANK=1, STOP_AT=3, MNFRAME_COLLECTIVE_TIMEOUT=5)
     assert result.returncode == 124, result.output[-3000:]
@@ -377,6 +383,7 @@ def test_debug_mode_names_the_divergence(tmp_path):
 
 # -- 3. preemption -------------------------------------------------------------------------------
 
+
 def _wait_for(path, timeout=60):
     end = time.time() + timeout
     while time.time() < end and not path.exists():
@@ -386,8 +393,14 @@ def _wait_for(path, timeout=60):
 
 def test_sigterm_to_mpiexec_checkpoints_and_exits_0(job, tmp_path):
     # SIGTERM mpiexec a little after the ranks started iterating (loss file appears).
-    result, _ = job(2, signal_after=None, ITERS=400, ITER_SLEEP=0.02, INTERVAL=1000,
-                    during=lambda: _signal_when(tmp_path / "loss.rank0.txt", "mpiexec", signal.SIGTERM))
+    result, _ = job(
+        2,
+        signal_after=None,
+        ITERS=400,
+        ITER_SLEEP=0.02,
+        INTERVAL=1000,
+        during=lambda: _signal_when(tmp_path / "loss.rank0.txt", "mpiexec", signal.SIGTERM),
+    )
     assert result.returncode == 0, result.output[-3000:]
     done = [_done(tmp_path, r) for r in (0, 1)]
     assert all(d["preempted"] for d in done) and done[0]["iteration"] == done[1]["iteration"] < 400
@@ -396,8 +409,13 @@ def test_sigterm_to_mpiexec_checkpoints_and_exits_0(job, tmp_path):
 
 
 def test_sigusr1_to_one_rank_stops_all_ranks(job, tmp_path):
-    result, _ = job(2, ITERS=400, ITER_SLEEP=0.02, INTERVAL=1000,
-                    during=lambda: _signal_when(tmp_path / "loss.rank1.txt", "rank1", signal.SIGUSR1))
+    result, _ = job(
+        2,
+        ITERS=400,
+        ITER_SLEEP=0.02,
+        INTERVAL=1000,
+        during=lambda: _signal_when(tmp_path / "loss.rank1.txt", "rank1", signal.SIGUSR1),
+    )
     assert result.returncode == 0, result.output[-3000:]
     done = [_done(tmp_path, r) for r in (0, 1)]
     assert all(d["preempted"] for d in done) and done[0]["iteration"] == done[1]["iteration"] < 400
@@ -422,6 +440,7 @@ def _parent_of(pid):
 
 # -- 4/5. crash-safe checkpoints and exact resume --------------------------------------------------
 
+
 def _params(tmp_path, rank):
     with np.load(tmp_path / f"params.rank{rank}.npz") as f:
         return {k: f[k] for k in f.files}
@@ -430,14 +449,24 @@ def _params(tmp_path, rank):
 def test_exact_resume_after_sigkill(tmp_path_factory):
     # Reference: 20 uninterrupted iterations.
     ref_dir = tmp_path_factory.mktemp("ref")
-    ref = run_mpi([str(_script(ref_dir))], n=2, timeout=OUTER_TIMEOUT, cwd=str(ref_dir),
-                  env={"RUN_DIR": str(ref_dir), "PYTHONPATH": str(REPO)})
+    ref = run_mpi(
+        [str(_script(ref_dir))],
+        n=2,
+        timeout=OUTER_TIMEOUT,
+        cwd=str(ref_dir),
+        env={"RUN_DIR": str(ref_dir), "PYTHONPATH": str(REPO)},
+    )
     assert ref.returncode == 0, ref.output[-3000:]
     # Killed with SIGKILL at iteration 13, then resumed (from the iteration-10 checkpoint).
     run_dir = tmp_path_factory.mktemp("killed")
     env = {"RUN_DIR": str(run_dir), "PYTHONPATH": str(REPO)}
-    killed = run_mpi([str(_script(run_dir))], n=2, timeout=OUTER_TIMEOUT, cwd=str(run_dir),
-                     env=dict(env, KILL_RANK="1", KILL_AT="13"))
+    killed = run_mpi(
+        [str(_script(run_dir))],
+        n=2,
+        timeout=OUTER_TIMEOUT,
+        cwd=str(run_dir),
+        env=dict(env, KILL_RANK="1", KILL_AT="13"),
+    )
     assert killed.returncode == 9, killed.output[-3000:]  # MPICH reports the signal number
     resumed = run_mpi([str(_script(run_dir))], n=2, timeout=OUTER_TIMEOUT, cwd=str(run_dir), env=env)
     assert resumed.returncode == 0, resumed.output[-3000:]

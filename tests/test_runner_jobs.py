@@ -7,6 +7,7 @@ no traceback for a bad input, the log of a job that trained and its falling
 loss, the final checkpoint and ``model.npz``, and the record of a run that a
 refused resume must leave alone.
 """
+
 import json
 import re
 from pathlib import Path
@@ -18,13 +19,17 @@ from mnframe.testing import run_mpi
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = 180
-SMALL = ["model.n_units=16", "dataset.batch_size=20", "extensions=minimal",
-         "extensions.log_report.interval=1", "extensions.log_report.unit=iteration"]
+SMALL = [
+    "model.n_units=16",
+    "dataset.batch_size=20",
+    "extensions=minimal",
+    "extensions.log_report.interval=1",
+    "extensions.log_report.unit=iteration",
+]
 
 
 def mnframe(*args, cwd):
-    result = run_mpi(["-m", "mnframe", *args], n=2, timeout=TIMEOUT, cwd=str(cwd),
-                     env={"PYTHONPATH": str(REPO)})
+    result = run_mpi(["-m", "mnframe", *args], n=2, timeout=TIMEOUT, cwd=str(cwd), env={"PYTHONPATH": str(REPO)})
     assert not result.timed_out, result.output[-4000:]
     return result
 
@@ -51,10 +56,18 @@ def clean_config_error(result, *needles):
 
 # -- bug 1: a sweep under MPI goes on after a failed job ---------------------------
 
+
 def test_sweep_reports_the_failed_job_and_trains_the_next(tmp_path):
-    result = mnframe("-m", "dataset.batch_size=-1,20", "trainer.stop=[8,iteration]", "optimizer.lr=0.01",
-                     *SMALL[:1], *SMALL[2:],
-                     "hydra.sweep.dir=sweep", cwd=tmp_path)
+    result = mnframe(
+        "-m",
+        "dataset.batch_size=-1,20",
+        "trainer.stop=[8,iteration]",
+        "optimizer.lr=0.01",
+        *SMALL[:1],
+        *SMALL[2:],
+        "hydra.sweep.dir=sweep",
+        cwd=tmp_path,
+    )
     out = result.output
     assert result.returncode == 2, out[-4000:]  # as Hydra in one process: the sweep ran, a job failed
     assert "Traceback" not in out
@@ -70,21 +83,30 @@ def test_sweep_reports_the_failed_job_and_trains_the_next(tmp_path):
 
 # -- bug 2: short runs save a checkpoint and the model ----------------------------------
 
+
 def _manifest(run_dir, iteration):
     return json.loads((run_dir / "checkpoints" / f"iter_{iteration:08d}" / "manifest.json").read_text())
 
 
 def test_short_run_checkpoints_its_end_and_exports_the_model(tmp_path):
-    result = mnframe(*SMALL, "trainer.stop=[27,iteration]", "checkpoint.interval=25", "optimizer.lr=0.01",
-                     "hydra.run.dir=run", cwd=tmp_path)
+    result = mnframe(
+        *SMALL,
+        "trainer.stop=[27,iteration]",
+        "checkpoint.interval=25",
+        "optimizer.lr=0.01",
+        "hydra.run.dir=run",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.output[-4000:]
     run_dir = tmp_path / "run"
     trained(run_dir, 27)
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["iter_00000025", "iter_00000027"]
     assert _manifest(run_dir, 27)["reason"] == "final"
     # model.npz holds the trained MLP (not the Classifier around it): the checkpoint's parameters
-    with np.load(run_dir / "model.npz") as exported, \
-            np.load(run_dir / "checkpoints" / "iter_00000027" / "rank_00000.npz") as ckpt:
+    with (
+        np.load(run_dir / "model.npz") as exported,
+        np.load(run_dir / "checkpoints" / "iter_00000027" / "rank_00000.npz") as ckpt,
+    ):
         assert sorted(exported.files) == sorted(f"{layer}/{p}" for layer in ("l1", "l2", "l3") for p in "Wb")
         for key in exported.files:
             np.testing.assert_array_equal(exported[key], ckpt[f"updater/model:main/predictor/{key}"])
@@ -97,8 +119,14 @@ def test_short_run_checkpoints_its_end_and_exports_the_model(tmp_path):
 
 
 def test_stop_at_an_interval_writes_no_second_checkpoint(tmp_path):
-    result = mnframe(*SMALL, "trainer.stop=[8,iteration]", "checkpoint.interval=4", "optimizer.lr=0.01",
-                     "hydra.run.dir=run", cwd=tmp_path)
+    result = mnframe(
+        *SMALL,
+        "trainer.stop=[8,iteration]",
+        "checkpoint.interval=4",
+        "optimizer.lr=0.01",
+        "hydra.run.dir=run",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.output[-4000:]
     run_dir = tmp_path / "run"
     trained(run_dir, 8)
@@ -115,6 +143,7 @@ def readme_load_snippet():
 
 # -- bug 3: a refused resume leaves the run's record alone --------------------------
 
+
 def test_refused_resume_keeps_config_and_overrides(tmp_path):
     first = mnframe(*SMALL, "trainer.stop=[8,iteration]", "optimizer.lr=0.01", "hydra.run.dir=run", cwd=tmp_path)
     assert first.returncode == 0, first.output[-4000:]
@@ -122,8 +151,15 @@ def test_refused_resume_keeps_config_and_overrides(tmp_path):
     record = {p: (run_dir / p).read_text() for p in ("config.yaml", ".hydra/overrides.yaml", ".hydra/config.yaml")}
     assert "dataset.batch_size=20" in record[".hydra/overrides.yaml"]
 
-    refused = mnframe(*SMALL[:1], "dataset.batch_size=25", *SMALL[2:], "trainer.stop=[12,iteration]",
-                      "optimizer.lr=0.01", "hydra.run.dir=run", cwd=tmp_path)
+    refused = mnframe(
+        *SMALL[:1],
+        "dataset.batch_size=25",
+        *SMALL[2:],
+        "trainer.stop=[12,iteration]",
+        "optimizer.lr=0.01",
+        "hydra.run.dir=run",
+        cwd=tmp_path,
+    )
     clean_config_error(refused, "Refusing to resume: dataset.batch_size changed")
     assert {p: (run_dir / p).read_text() for p in record} == record
     assert not (run_dir / "FAILED.txt").exists()  # the directory still describes its checkpoints
@@ -133,16 +169,26 @@ def test_refused_resume_keeps_config_and_overrides(tmp_path):
 # -- bug 5: bad inputs get one clean message ------------------------------------------
 
 BAD_INPUTS = {
-    "missing_data": (["dataset=mnist", "dataset.source.path=/nonexistent"],
-                     ["dataset.source.path:", "no MNIST data at '/nonexistent'"]),
-    "imagenet_without_lists": (["recipe=imagenet"],
-                               ["dataset.source.train, dataset.source.val:", "set synthetic=true"]),
-    "negative_size": (["model.n_units=-5"], ["model: mnframe.recipes.mnist.model.MLP(n_units=-5, n_out=10) failed",
-                                             "negative dimensions"]),
-    "unknown_checkpoint": (["checkpoint.load=iter_99999999"],
-                           ["checkpoint.load: checkpoint 'iter_99999999' is not in", "available: none"]),
-    "unwritable_run_dir": (["hydra.run.dir=afile/run"],
-                           ["hydra.run.dir: cannot write the run directory", "Not a directory"]),
+    "missing_data": (
+        ["dataset=mnist", "dataset.source.path=/nonexistent"],
+        ["dataset.source.path:", "no MNIST data at '/nonexistent'"],
+    ),
+    "imagenet_without_lists": (
+        ["recipe=imagenet"],
+        ["dataset.source.train, dataset.source.val:", "set synthetic=true"],
+    ),
+    "negative_size": (
+        ["model.n_units=-5"],
+        ["model: mnframe.recipes.mnist.model.MLP(n_units=-5, n_out=10) failed", "negative dimensions"],
+    ),
+    "unknown_checkpoint": (
+        ["checkpoint.load=iter_99999999"],
+        ["checkpoint.load: checkpoint 'iter_99999999' is not in", "available: none"],
+    ),
+    "unwritable_run_dir": (
+        ["hydra.run.dir=afile/run"],
+        ["hydra.run.dir: cannot write the run directory", "Not a directory"],
+    ),
 }
 
 

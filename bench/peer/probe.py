@@ -16,6 +16,7 @@ It records, on the rank it runs on:
 
 At the end of training it prints one line ``BENCH_RESULT {json}``.
 """
+
 import functools
 import json
 import os
@@ -25,7 +26,7 @@ import bench.peer.numpy2  # noqa: F401  (NumPy 2: before chainer)
 import chainer
 from chainer import training
 
-_GRAD_METHODS = ('multi_node_mean_grad', 'allreduce_grad')
+_GRAD_METHODS = ("multi_node_mean_grad", "allreduce_grad")
 
 
 class _CommTimer:
@@ -46,6 +47,7 @@ class _CommTimer:
                 self._depth -= 1
                 if self._depth == 0:
                     self.total += time.perf_counter() - start
+
         return timed
 
 
@@ -63,7 +65,7 @@ class _OpLogTimer:
     def total(self):
         finished = sorted((r.start, r.end) for r in self._records if r.end is not None)
         self._records[:] = [r for r in self._records if r.end is None]
-        end_of_union = float('-inf')
+        end_of_union = float("-inf")
         for start, end in finished:  # merge nested/overlapping ops
             if end <= end_of_union:
                 continue
@@ -73,13 +75,13 @@ class _OpLogTimer:
 
 
 class Probe(training.Extension):
-    trigger = (1, 'iteration')
+    trigger = (1, "iteration")
     priority = training.PRIORITY_WRITER - 1  # after everything else of the iteration
-    name = 'bench_probe'
+    name = "bench_probe"
 
-    def __init__(self, warmup=3, label=''):
+    def __init__(self, warmup=3, label=""):
         self.warmup, self.label = warmup, label
-        self._t0 = float(os.environ.get('BENCH_T0', 'nan'))
+        self._t0 = float(os.environ.get("BENCH_T0", "nan"))
         self._first = None
         self._marks = []  # (time, comm_total) after each iteration
         self._timer = None
@@ -87,8 +89,8 @@ class Probe(training.Extension):
         self._size = 1
 
     def initialize(self, trainer):
-        optimizer = trainer.updater.get_optimizer('main')
-        comm = getattr(optimizer, 'communicator', None)
+        optimizer = trainer.updater.get_optimizer("main")
+        comm = getattr(optimizer, "communicator", None)
         if comm is not None:
             self._size = comm.size
             self._timer = _CommTimer()
@@ -99,11 +101,12 @@ class Probe(training.Extension):
         else:
             try:
                 from mpi4py import MPI
+
                 self._size = MPI.COMM_WORLD.size
                 self._timer = _OpLogTimer()
             except ImportError:  # pragma: no cover
                 self._timer = None
-        self._batch = trainer.updater.get_iterator('main').batch_size
+        self._batch = trainer.updater.get_iterator("main").batch_size
 
     def __call__(self, trainer):
         now = time.perf_counter()
@@ -112,20 +115,27 @@ class Probe(training.Extension):
         self._marks.append((now, self._timer.total if self._timer else 0.0))
 
     def result(self):
-        marks = self._marks[self.warmup:]
-        out = {'label': self.label, 'ranks': self._size, 'batch_per_rank': self._batch,
-               'iterations': len(self._marks), 'first_iteration_s': self._first,
-               'examples_per_s': None, 'step_s': None, 'comm_fraction': None}
+        marks = self._marks[self.warmup :]
+        out = {
+            "label": self.label,
+            "ranks": self._size,
+            "batch_per_rank": self._batch,
+            "iterations": len(self._marks),
+            "first_iteration_s": self._first,
+            "examples_per_s": None,
+            "step_s": None,
+            "comm_fraction": None,
+        }
         if len(marks) >= 2:
             steps = len(marks) - 1
             elapsed = marks[-1][0] - marks[0][0]
-            out['step_s'] = elapsed / steps
-            out['examples_per_s'] = self._batch * self._size * steps / elapsed
-            out['comm_fraction'] = (marks[-1][1] - marks[0][1]) / elapsed if self._timer else None
+            out["step_s"] = elapsed / steps
+            out["examples_per_s"] = self._batch * self._size * steps / elapsed
+            out["comm_fraction"] = (marks[-1][1] - marks[0][1]) / elapsed if self._timer else None
         return out
 
     def finalize(self):
-        print('BENCH_RESULT ' + json.dumps(self.result()), flush=True)
+        print("BENCH_RESULT " + json.dumps(self.result()), flush=True)
 
 
 def add_to(trainer, comm, **kwargs):
@@ -139,5 +149,5 @@ chainer.disable_experimental_feature_warning = True
 
 def parse_result(output):
     """The dict of the last ``BENCH_RESULT`` line in ``output`` (None when there is none)."""
-    lines = [line for line in output.splitlines() if line.startswith('BENCH_RESULT ')]
-    return json.loads(lines[-1][len('BENCH_RESULT '):]) if lines else None
+    lines = [line for line in output.splitlines() if line.startswith("BENCH_RESULT ")]
+    return json.loads(lines[-1][len("BENCH_RESULT ") :]) if lines else None

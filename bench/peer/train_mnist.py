@@ -8,12 +8,13 @@ extensions, only the benchmark probe (bench/peer/probe.py).
 
     mpiexec -n 2 python bench/peer/train_mnist.py --iterations 200
 """
+
 import argparse
 import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..')))
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
 import bench.peer.numpy2  # noqa: E402,F401  (NumPy 2: before chainer)
 import chainer  # noqa: E402
@@ -28,15 +29,15 @@ from mnframe.recipes.mnist.model import MLP  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--batchsize', '-b', type=int, default=50, help='examples per rank and step')
-    parser.add_argument('--iterations', '-i', type=int, default=200)
-    parser.add_argument('--unit', '-u', type=int, default=1000)
-    parser.add_argument('--communicator', default='naive')
-    parser.add_argument('--source', default='digits', help="'digits' or 'mnist'")
-    parser.add_argument('--path', default=None, help='local MNIST for --source mnist')
-    parser.add_argument('--warmup', type=int, default=3)
-    parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--out', default=None)
+    parser.add_argument("--batchsize", "-b", type=int, default=50, help="examples per rank and step")
+    parser.add_argument("--iterations", "-i", type=int, default=200)
+    parser.add_argument("--unit", "-u", type=int, default=1000)
+    parser.add_argument("--communicator", default="naive")
+    parser.add_argument("--source", default="digits", help="'digits' or 'mnist'")
+    parser.add_argument("--path", default=None, help="local MNIST for --source mnist")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
     comm = chainermn.create_communicator(args.communicator)
@@ -50,11 +51,11 @@ def main():
     train_iter = chainer.iterators.SerialIterator(train, args.batchsize)
 
     updater = training.StandardUpdater(train_iter, optimizer, device=-1)
-    out = args.out or tempfile.mkdtemp(prefix='peer_mnist_')
-    trainer = training.Trainer(updater, (args.iterations, 'iteration'), out=out)
-    probe.add_to(trainer, comm, warmup=args.warmup, label='peer')
+    out = args.out or tempfile.mkdtemp(prefix="peer_mnist_")
+    trainer = training.Trainer(updater, (args.iterations, "iteration"), out=out)
+    probe.add_to(trainer, comm, warmup=args.warmup, label="peer")
     trainer.run()
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     main()

@@ -7,20 +7,19 @@ trains on its shard from scatter_dataset.
 
     mpiexec -n 2 python dcgan.py --epoch 3
 """
+
 import argparse
 
 import chainer
 import chainer.functions as F
 import chainer.links as L
+import chainermn
 import numpy as np
 from chainer import training
 from chainer.training import extensions
 
-import chainermn
-
 
 class Generator(chainer.Chain):
-
     def __init__(self, n_hidden, ch=32):
         super(Generator, self).__init__()
         self.n_hidden = n_hidden
@@ -43,7 +42,6 @@ class Generator(chainer.Chain):
 
 
 class Discriminator(chainer.Chain):
-
     def __init__(self, ch=32):
         super(Discriminator, self).__init__()
         with self.init_scope():
@@ -59,9 +57,8 @@ class Discriminator(chainer.Chain):
 
 
 class DCGANUpdater(chainer.training.updaters.StandardUpdater):
-
     def __init__(self, *args, **kwargs):
-        self.gen, self.dis = kwargs.pop('models')
+        self.gen, self.dis = kwargs.pop("models")
         super(DCGANUpdater, self).__init__(*args, **kwargs)
 
     def loss_dis(self, dis, y_fake, y_real):
@@ -69,20 +66,20 @@ class DCGANUpdater(chainer.training.updaters.StandardUpdater):
         L1 = F.sum(F.softplus(-y_real)) / batchsize
         L2 = F.sum(F.softplus(y_fake)) / batchsize
         loss = L1 + L2
-        chainer.report({'loss': loss}, dis)
+        chainer.report({"loss": loss}, dis)
         return loss
 
     def loss_gen(self, gen, y_fake):
         batchsize = len(y_fake)
         loss = F.sum(F.softplus(-y_fake)) / batchsize
-        chainer.report({'loss': loss}, gen)
+        chainer.report({"loss": loss}, gen)
         return loss
 
     def update_core(self):
-        gen_optimizer = self.get_optimizer('gen')
-        dis_optimizer = self.get_optimizer('dis')
+        gen_optimizer = self.get_optimizer("gen")
+        dis_optimizer = self.get_optimizer("dis")
 
-        batch = self.get_iterator('main').next()
+        batch = self.get_iterator("main").next()
         x_real = chainer.Variable(self.converter(batch, self.device))
         xp = chainer.backend.get_array_module(x_real.array)
 
@@ -112,23 +109,23 @@ def generated_bars(n, seed=0):
 
 
 def main():
-    parser = argparse.ArgumentParser(description='ChainerMN example: DCGAN')
-    parser.add_argument('--batchsize', '-b', type=int, default=32)
-    parser.add_argument('--communicator', type=str, default='naive')
-    parser.add_argument('--epoch', '-e', type=int, default=3)
-    parser.add_argument('--n_hidden', '-n', type=int, default=16)
-    parser.add_argument('--n-train', type=int, default=640)
-    parser.add_argument('--out', '-o', default='result')
-    parser.add_argument('--seed', type=int, default=0)
+    parser = argparse.ArgumentParser(description="ChainerMN example: DCGAN")
+    parser.add_argument("--batchsize", "-b", type=int, default=32)
+    parser.add_argument("--communicator", type=str, default="naive")
+    parser.add_argument("--epoch", "-e", type=int, default=3)
+    parser.add_argument("--n_hidden", "-n", type=int, default=16)
+    parser.add_argument("--n-train", type=int, default=640)
+    parser.add_argument("--out", "-o", default="result")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
     comm = chainermn.create_communicator(args.communicator)
     if comm.rank == 0:
-        print('==========================================')
-        print('Num process (COMM_WORLD): {}'.format(comm.size))
-        print('Num Minibatch-size: {}'.format(args.batchsize))
-        print('Num epoch: {}'.format(args.epoch))
-        print('==========================================')
+        print("==========================================")
+        print("Num process (COMM_WORLD): {}".format(comm.size))
+        print("Num Minibatch-size: {}".format(args.batchsize))
+        print("Num epoch: {}".format(args.epoch))
+        print("==========================================")
 
     np.random.seed(args.seed + comm.rank)  # each rank draws its own noise
     gen = Generator(n_hidden=args.n_hidden)
@@ -137,10 +134,10 @@ def main():
     def make_optimizer(model, comm, alpha=0.0002, beta1=0.5):
         optimizer = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(alpha=alpha, beta1=beta1), comm)
         optimizer.setup(model)
-        optimizer.add_hook(chainer.optimizer.WeightDecay(0.0001), 'hook_dec')
+        optimizer.add_hook(chainer.optimizer.WeightDecay(0.0001), "hook_dec")
         return optimizer
 
-    print_checksums(comm, 'initial', gen, dis)
+    print_checksums(comm, "initial", gen, dis)
     opt_gen = make_optimizer(gen, comm)
     opt_dis = make_optimizer(dis, comm)
 
@@ -152,25 +149,24 @@ def main():
     train = chainermn.scatter_dataset(train, comm)
     train_iter = chainer.iterators.SerialIterator(train, args.batchsize)
 
-    updater = DCGANUpdater(models=(gen, dis), iterator=train_iter,
-                           optimizer={'gen': opt_gen, 'dis': opt_dis})
-    trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
+    updater = DCGANUpdater(models=(gen, dis), iterator=train_iter, optimizer={"gen": opt_gen, "dis": opt_dis})
+    trainer = training.Trainer(updater, (args.epoch, "epoch"), out=args.out)
 
     # Some display and output extensions are necessary only for one worker.
     if comm.rank == 0:
-        trainer.extend(extensions.LogReport(trigger=(1, 'epoch')))
-        trainer.extend(extensions.PrintReport(['epoch', 'iteration', 'gen/loss', 'dis/loss']))
+        trainer.extend(extensions.LogReport(trigger=(1, "epoch")))
+        trainer.extend(extensions.PrintReport(["epoch", "iteration", "gen/loss", "dis/loss"]))
 
     trainer.run()
-    print_checksums(comm, 'final', gen, dis)
+    print_checksums(comm, "final", gen, dis)
 
 
 def print_checksums(comm, when, gen, dis):
     # Each rank starts from its own random weights; training must leave identical replicas.
-    for name, model in (('gen', gen), ('dis', dis)):
+    for name, model in (("gen", gen), ("dis", dis)):
         total = sum(float(np.abs(p.array).sum()) for _, p in sorted(model.namedparams()))
-        print('rank {} {} {} checksum {:.6f}'.format(comm.rank, when, name, total))
+        print("rank {} {} {} checksum {:.6f}".format(comm.rank, when, name, total))
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     main()

@@ -9,21 +9,20 @@ batch (create_multi_node_iterator) and starts from rank 0's head weights.
 
     mpiexec -n 2 python parallel_convolution.py --epoch 3
 """
+
 import argparse
 
 import chainer
 import chainer.functions as F
 import chainer.links as L
+import chainermn
+import chainermn.functions
 import numpy as np
 from chainer import training
 from chainer.training import extensions
 
-import chainermn
-import chainermn.functions
-
 
 class ParallelConvolution2D(chainer.links.Convolution2D):
-
     def __init__(self, comm, in_channels, out_channels, *args, **kwargs):
         self.comm = comm
         self.in_channels = in_channels
@@ -43,7 +42,6 @@ class ParallelConvolution2D(chainer.links.Convolution2D):
 
 
 class Head(chainer.Chain):
-
     def __init__(self, n_out):
         super(Head, self).__init__()
         with self.init_scope():
@@ -55,7 +53,6 @@ class Head(chainer.Chain):
 
 
 class ParallelCNN(chainer.Chain):
-
     def __init__(self, comm, n_out):
         super(ParallelCNN, self).__init__()
         with self.init_scope():
@@ -78,24 +75,25 @@ def generated_images(n_train, n_test, n_class, seed=0):
         labels = rng.randint(0, n_class, size=n).astype(np.int32)
         images = patterns[labels] + 0.4 * rng.randn(n, 3, 8, 8).astype(np.float32)
         return chainer.datasets.TupleDataset(images, labels)
+
     return make(n_train), make(n_test)
 
 
 def main():
-    parser = argparse.ArgumentParser(description='ChainerMN example: parallel convolution')
-    parser.add_argument('--batchsize', '-b', type=int, default=32)
-    parser.add_argument('--epoch', '-e', type=int, default=3)
-    parser.add_argument('--n-train', type=int, default=480)
-    parser.add_argument('--out', '-o', default='result')
+    parser = argparse.ArgumentParser(description="ChainerMN example: parallel convolution")
+    parser.add_argument("--batchsize", "-b", type=int, default=32)
+    parser.add_argument("--epoch", "-e", type=int, default=3)
+    parser.add_argument("--n-train", type=int, default=480)
+    parser.add_argument("--out", "-o", default="result")
     args = parser.parse_args()
 
-    comm = chainermn.create_communicator('naive')
+    comm = chainermn.create_communicator("naive")
     if comm.rank == 0:
-        print('==========================================')
-        print('Num process (COMM_WORLD): {}'.format(comm.size))
-        print('Num Minibatch-size: {}'.format(args.batchsize))
-        print('Num epoch: {}'.format(args.epoch))
-        print('==========================================')
+        print("==========================================")
+        print("Num process (COMM_WORLD): {}".format(comm.size))
+        print("Num Minibatch-size: {}".format(args.batchsize))
+        print("Num epoch: {}".format(args.epoch))
+        print("==========================================")
 
     n_class = 4
     model = L.Classifier(ParallelCNN(comm, n_class))
@@ -108,25 +106,30 @@ def main():
 
     # Every process must see the same batch: process 0 iterates and broadcasts it.
     train_iter = chainermn.iterators.create_multi_node_iterator(
-        chainer.iterators.SerialIterator(train, args.batchsize), comm)
+        chainer.iterators.SerialIterator(train, args.batchsize), comm
+    )
     test_iter = chainermn.iterators.create_multi_node_iterator(
-        chainer.iterators.SerialIterator(test, args.batchsize, repeat=False, shuffle=False), comm)
+        chainer.iterators.SerialIterator(test, args.batchsize, repeat=False, shuffle=False), comm
+    )
 
     updater = training.StandardUpdater(train_iter, optimizer)
-    trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
+    trainer = training.Trainer(updater, (args.epoch, "epoch"), out=args.out)
     trainer.extend(extensions.Evaluator(test_iter, model))
 
     if comm.rank == 0:
         trainer.extend(extensions.LogReport())
-        trainer.extend(extensions.PrintReport(
-            ['epoch', 'main/loss', 'validation/main/loss', 'main/accuracy', 'validation/main/accuracy']))
+        trainer.extend(
+            extensions.PrintReport(
+                ["epoch", "main/loss", "validation/main/loss", "main/accuracy", "validation/main/accuracy"]
+            )
+        )
 
     trainer.run()
 
     head = model.predictor.head
     total = sum(float(np.abs(p.array).sum()) for _, p in sorted(head.namedparams()))
-    print('rank {} head checksum {:.6f}'.format(comm.rank, total))
+    print("rank {} head checksum {:.6f}".format(comm.rank, total))
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     main()

@@ -8,17 +8,17 @@ create_multi_node_iterator.
 
     mpiexec -n 2 python seq2seq.py --epoch 4
 """
+
 import argparse
 
 import chainer
 import chainer.functions as F
 import chainer.links as L
+import chainermn
+import chainermn.links
 import numpy as np
 from chainer import training
 from chainer.training import extensions
-
-import chainermn
-import chainermn.links
 
 EOS = 0
 
@@ -31,14 +31,14 @@ def sequence_embed(embed, xs):
 
 
 class Encoder(chainer.Chain):
-
     def __init__(self, comm, n_layers, n_source_vocab, n_units):
         super(Encoder, self).__init__()
         with self.init_scope():
             self.embed_x = L.EmbedID(n_source_vocab, n_units)
             # Corresponding decoder LSTM will be invoked on process 1.
             self.mn_encoder = chainermn.links.create_multi_node_n_step_rnn(
-                L.NStepLSTM(n_layers, n_units, n_units, 0.1), comm, rank_in=None, rank_out=1)
+                L.NStepLSTM(n_layers, n_units, n_units, 0.1), comm, rank_in=None, rank_out=1
+            )
 
     def forward(self, xs, ys):
         exs = sequence_embed(self.embed_x, xs)
@@ -48,14 +48,14 @@ class Encoder(chainer.Chain):
 
 
 class Decoder(chainer.Chain):
-
     def __init__(self, comm, n_layers, n_target_vocab, n_units):
         super(Decoder, self).__init__()
         with self.init_scope():
             self.embed_y = L.EmbedID(n_target_vocab, n_units)
             # Corresponding encoder LSTM will be invoked on process 0.
             self.mn_decoder = chainermn.links.create_multi_node_n_step_rnn(
-                L.NStepLSTM(n_layers, n_units, n_units, 0.1), comm, rank_in=0, rank_out=None)
+                L.NStepLSTM(n_layers, n_units, n_units, 0.1), comm, rank_in=0, rank_out=None
+            )
             self.W = L.Linear(n_units, n_target_vocab)
 
     def forward(self, xs, ys):
@@ -68,13 +68,13 @@ class Decoder(chainer.Chain):
         _, _, os, _ = self.mn_decoder(eys)
         concat_os = F.concat(os, axis=0)
         concat_ys_out = F.concat(ys_out, axis=0)
-        loss = F.sum(F.softmax_cross_entropy(self.W(concat_os), concat_ys_out, reduce='no')) / batch
-        chainer.report({'loss': loss}, self)
+        loss = F.sum(F.softmax_cross_entropy(self.W(concat_os), concat_ys_out, reduce="no")) / batch
+        chainer.report({"loss": loss}, self)
         return loss
 
 
 def convert(batch, device):
-    return {'xs': [np.asarray(x) for x, _ in batch], 'ys': [np.asarray(y) for _, y in batch]}
+    return {"xs": [np.asarray(x) for x, _ in batch], "ys": [np.asarray(y) for _, y in batch]}
 
 
 def generated_pairs(n, vocab, seed=0):
@@ -88,19 +88,19 @@ def generated_pairs(n, vocab, seed=0):
 
 
 def main():
-    parser = argparse.ArgumentParser(description='ChainerMN example: seq2seq (model parallel)')
-    parser.add_argument('--batchsize', '-b', type=int, default=32)
-    parser.add_argument('--epoch', '-e', type=int, default=4)
-    parser.add_argument('--unit', '-u', type=int, default=32)
-    parser.add_argument('--layer', '-l', type=int, default=1)
-    parser.add_argument('--vocab', type=int, default=10)
-    parser.add_argument('--n-train', type=int, default=480)
-    parser.add_argument('--out', '-o', default='result')
+    parser = argparse.ArgumentParser(description="ChainerMN example: seq2seq (model parallel)")
+    parser.add_argument("--batchsize", "-b", type=int, default=32)
+    parser.add_argument("--epoch", "-e", type=int, default=4)
+    parser.add_argument("--unit", "-u", type=int, default=32)
+    parser.add_argument("--layer", "-l", type=int, default=1)
+    parser.add_argument("--vocab", type=int, default=10)
+    parser.add_argument("--n-train", type=int, default=480)
+    parser.add_argument("--out", "-o", default="result")
     args = parser.parse_args()
 
-    comm = chainermn.create_communicator('naive')
+    comm = chainermn.create_communicator("naive")
     if comm.size != 2:
-        raise ValueError('This example can only be executed on exactly 2 processes.')
+        raise ValueError("This example can only be executed on exactly 2 processes.")
 
     train = generated_pairs(args.n_train, args.vocab)
     if comm.rank == 0:
@@ -116,15 +116,15 @@ def main():
     train_iter = chainermn.iterators.create_multi_node_iterator(train_iter, comm)
 
     updater = training.StandardUpdater(train_iter, optimizer, converter=convert)
-    trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
+    trainer = training.Trainer(updater, (args.epoch, "epoch"), out=args.out)
 
     # The loss is computed on process 1, so it reports.
     if comm.rank == 1:
-        trainer.extend(extensions.LogReport(trigger=(1, 'epoch')))
-        trainer.extend(extensions.PrintReport(['epoch', 'iteration', 'main/loss', 'elapsed_time']))
+        trainer.extend(extensions.LogReport(trigger=(1, "epoch")))
+        trainer.extend(extensions.PrintReport(["epoch", "iteration", "main/loss", "elapsed_time"]))
 
     trainer.run()
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     main()

@@ -1,22 +1,21 @@
 #!/usr/bin/env python
 """Data-parallel MLP on MNIST-shaped generated data, written as ChainerMN's train_mnist.py example.
 
-    mpiexec -n 2 python train_mnist.py --epoch 3
+mpiexec -n 2 python train_mnist.py --epoch 3
 """
+
 import argparse
 
 import chainer
 import chainer.functions as F
 import chainer.links as L
+import chainermn
 import numpy as np
 from chainer import training
 from chainer.training import extensions
 
-import chainermn
-
 
 class MLP(chainer.Chain):
-
     def __init__(self, n_units, n_out):
         super(MLP, self).__init__()
         with self.init_scope():
@@ -39,28 +38,29 @@ def generated_mnist(n_train, n_test, seed=0):
         labels = rng.randint(0, 10, size=n).astype(np.int32)
         images = prototypes[labels] + 0.5 * rng.randn(n, 784).astype(np.float32)
         return chainer.datasets.TupleDataset(images, labels)
+
     return make(n_train), make(n_test)
 
 
 def main():
-    parser = argparse.ArgumentParser(description='ChainerMN example: MNIST')
-    parser.add_argument('--batchsize', '-b', type=int, default=50)
-    parser.add_argument('--communicator', type=str, default='naive')
-    parser.add_argument('--epoch', '-e', type=int, default=3)
-    parser.add_argument('--out', '-o', default='result')
-    parser.add_argument('--unit', '-u', type=int, default=100)
-    parser.add_argument('--n-train', type=int, default=1000)
+    parser = argparse.ArgumentParser(description="ChainerMN example: MNIST")
+    parser.add_argument("--batchsize", "-b", type=int, default=50)
+    parser.add_argument("--communicator", type=str, default="naive")
+    parser.add_argument("--epoch", "-e", type=int, default=3)
+    parser.add_argument("--out", "-o", default="result")
+    parser.add_argument("--unit", "-u", type=int, default=100)
+    parser.add_argument("--n-train", type=int, default=1000)
     args = parser.parse_args()
 
     comm = chainermn.create_communicator(args.communicator)
     if comm.rank == 0:
-        print('==========================================')
-        print('Num process (COMM_WORLD): {}'.format(comm.size))
-        print('Using {} communicator'.format(args.communicator))
-        print('Num unit: {}'.format(args.unit))
-        print('Num Minibatch-size: {}'.format(args.batchsize))
-        print('Num epoch: {}'.format(args.epoch))
-        print('==========================================')
+        print("==========================================")
+        print("Num process (COMM_WORLD): {}".format(comm.size))
+        print("Using {} communicator".format(args.communicator))
+        print("Num unit: {}".format(args.unit))
+        print("Num Minibatch-size: {}".format(args.batchsize))
+        print("Num epoch: {}".format(args.epoch))
+        print("==========================================")
 
     model = L.Classifier(MLP(args.unit, 10))
     optimizer = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(), comm)
@@ -78,7 +78,7 @@ def main():
     test_iter = chainer.iterators.SerialIterator(test, args.batchsize, repeat=False, shuffle=False)
 
     updater = training.StandardUpdater(train_iter, optimizer)
-    trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
+    trainer = training.Trainer(updater, (args.epoch, "epoch"), out=args.out)
 
     # Create a multi node evaluator from a standard Chainer evaluator.
     evaluator = extensions.Evaluator(test_iter, model)
@@ -88,11 +88,14 @@ def main():
     # Some display and output extensions are necessary only for one worker.
     if comm.rank == 0:
         trainer.extend(extensions.LogReport())
-        trainer.extend(extensions.PrintReport(
-            ['epoch', 'main/loss', 'validation/main/loss', 'main/accuracy', 'validation/main/accuracy']))
+        trainer.extend(
+            extensions.PrintReport(
+                ["epoch", "main/loss", "validation/main/loss", "main/accuracy", "validation/main/accuracy"]
+            )
+        )
 
     trainer.run()
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     main()

@@ -7,18 +7,18 @@ gradients are averaged over data_comm (the ranks holding the same stage).
 
     mpiexec -n 4 python train_mnist_dual_parallel.py --epoch 3
 """
+
 import argparse
 
 import chainer
 import chainer.functions as F
 import chainer.links as L
-import numpy as np
-from chainer import training
-from chainer.training import extensions
-
 import chainermn
 import chainermn.datasets
 import chainermn.functions
+import numpy as np
+from chainer import training
+from chainer.training import extensions
 
 
 class MLP0SubA(chainer.Chain):
@@ -47,9 +47,7 @@ class MLP0(chainermn.MultiNodeChainList):
 
 class MLP1Sub(chainer.Chain):
     def __init__(self, n_units, n_out):
-        super(MLP1Sub, self).__init__(
-            l2=L.Linear(None, n_units),
-            l3=L.Linear(None, n_out))
+        super(MLP1Sub, self).__init__(l2=L.Linear(None, n_units), l3=L.Linear(None, n_out))
 
     def forward(self, h0):
         h1 = F.relu(self.l2(h0))
@@ -72,35 +70,36 @@ def generated_mnist(n_train, n_test, seed=0):
         labels = rng.randint(0, 10, size=n).astype(np.int32)
         images = prototypes[labels] + 0.5 * rng.randn(n, 784).astype(np.float32)
         return chainer.datasets.TupleDataset(images, labels)
+
     return make(n_train), make(n_test)
 
 
 def main():
-    parser = argparse.ArgumentParser(description='ChainerMN example: dual parallelism')
-    parser.add_argument('--batchsize', '-b', type=int, default=50)
-    parser.add_argument('--communicator', type=str, default='naive')
-    parser.add_argument('--epoch', '-e', type=int, default=3)
-    parser.add_argument('--out', '-o', default='result')
-    parser.add_argument('--unit', '-u', type=int, default=100)
-    parser.add_argument('--n-train', type=int, default=1000)
+    parser = argparse.ArgumentParser(description="ChainerMN example: dual parallelism")
+    parser.add_argument("--batchsize", "-b", type=int, default=50)
+    parser.add_argument("--communicator", type=str, default="naive")
+    parser.add_argument("--epoch", "-e", type=int, default=3)
+    parser.add_argument("--out", "-o", default="result")
+    parser.add_argument("--unit", "-u", type=int, default=100)
+    parser.add_argument("--n-train", type=int, default=1000)
     args = parser.parse_args()
 
     # Prepare ChainerMN communicator.
     comm = chainermn.create_communicator(args.communicator)
     if comm.size % 2 != 0:
-        raise ValueError('This example can only be executed on the even number of processes.')
+        raise ValueError("This example can only be executed on the even number of processes.")
 
     data_axis, model_axis = comm.rank % 2, comm.rank // 2
     data_comm = comm.split(data_axis, comm.rank)
     model_comm = comm.split(model_axis, comm.rank)
 
     if comm.rank == 0:
-        print('==========================================')
-        print('Num process (COMM_WORLD): {}'.format(comm.size))
-        print('Num unit: {}'.format(args.unit))
-        print('Num Minibatch-size: {}'.format(args.batchsize))
-        print('Num epoch: {}'.format(args.epoch))
-        print('==========================================')
+        print("==========================================")
+        print("Num process (COMM_WORLD): {}".format(comm.size))
+        print("Num unit: {}".format(args.unit))
+        print("Num Minibatch-size: {}".format(args.batchsize))
+        print("Num epoch: {}".format(args.epoch))
+        print("==========================================")
 
     if data_axis == 0:
         model = L.Classifier(MLP0(model_comm, args.unit))
@@ -126,7 +125,7 @@ def main():
     test_iter = chainer.iterators.SerialIterator(test, args.batchsize, repeat=False, shuffle=False)
 
     updater = training.StandardUpdater(train_iter, optimizer)
-    trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
+    trainer = training.Trainer(updater, (args.epoch, "epoch"), out=args.out)
     evaluator = extensions.Evaluator(test_iter, model)
     evaluator = chainermn.create_multi_node_evaluator(evaluator, data_comm)
     trainer.extend(evaluator)
@@ -134,11 +133,14 @@ def main():
     # Some display and output extentions are necessary only for worker 0.
     if comm.rank == 0:
         trainer.extend(extensions.LogReport())
-        trainer.extend(extensions.PrintReport(
-            ['epoch', 'main/loss', 'validation/main/loss', 'main/accuracy', 'validation/main/accuracy']))
+        trainer.extend(
+            extensions.PrintReport(
+                ["epoch", "main/loss", "validation/main/loss", "main/accuracy", "validation/main/accuracy"]
+            )
+        )
 
     trainer.run()
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     main()

@@ -6,18 +6,18 @@ rank 0 -> rank 1 -> rank 0 in the forward pass, the reverse in backward.
 
     mpiexec -n 2 python train_mnist_model_parallel.py --epoch 3
 """
+
 import argparse
 
 import chainer
 import chainer.functions as F
 import chainer.links as L
-import numpy as np
-from chainer import training
-from chainer.training import extensions
-
 import chainermn
 import chainermn.datasets
 import chainermn.functions
+import numpy as np
+from chainer import training
+from chainer.training import extensions
 
 
 class MLP0SubA(chainer.Chain):
@@ -46,9 +46,7 @@ class MLP0(chainermn.MultiNodeChainList):
 
 class MLP1Sub(chainer.Chain):
     def __init__(self, n_units, n_out):
-        super(MLP1Sub, self).__init__(
-            l2=L.Linear(None, n_units),
-            l3=L.Linear(None, n_out))
+        super(MLP1Sub, self).__init__(l2=L.Linear(None, n_units), l3=L.Linear(None, n_out))
 
     def forward(self, h0):
         h1 = F.relu(self.l2(h0))
@@ -71,29 +69,30 @@ def generated_mnist(n_train, n_test, seed=0):
         labels = rng.randint(0, 10, size=n).astype(np.int32)
         images = prototypes[labels] + 0.5 * rng.randn(n, 784).astype(np.float32)
         return chainer.datasets.TupleDataset(images, labels)
+
     return make(n_train), make(n_test)
 
 
 def main():
-    parser = argparse.ArgumentParser(description='ChainerMN example: pipelined neural network')
-    parser.add_argument('--batchsize', '-b', type=int, default=50)
-    parser.add_argument('--epoch', '-e', type=int, default=3)
-    parser.add_argument('--out', '-o', default='result')
-    parser.add_argument('--unit', '-u', type=int, default=100)
-    parser.add_argument('--n-train', type=int, default=1000)
+    parser = argparse.ArgumentParser(description="ChainerMN example: pipelined neural network")
+    parser.add_argument("--batchsize", "-b", type=int, default=50)
+    parser.add_argument("--epoch", "-e", type=int, default=3)
+    parser.add_argument("--out", "-o", default="result")
+    parser.add_argument("--unit", "-u", type=int, default=100)
+    parser.add_argument("--n-train", type=int, default=1000)
     args = parser.parse_args()
 
     # Prepare ChainerMN communicator.
-    comm = chainermn.create_communicator('naive')
+    comm = chainermn.create_communicator("naive")
     if comm.size != 2:
-        raise ValueError('This example can only be executed on exactly 2 processes.')
+        raise ValueError("This example can only be executed on exactly 2 processes.")
 
     if comm.rank == 0:
-        print('==========================================')
-        print('Num unit: {}'.format(args.unit))
-        print('Num Minibatch-size: {}'.format(args.batchsize))
-        print('Num epoch: {}'.format(args.epoch))
-        print('==========================================')
+        print("==========================================")
+        print("Num unit: {}".format(args.unit))
+        print("Num Minibatch-size: {}".format(args.batchsize))
+        print("Num epoch: {}".format(args.epoch))
+        print("==========================================")
 
     if comm.rank == 0:
         model = L.Classifier(MLP0(comm, args.unit))
@@ -113,17 +112,20 @@ def main():
     test_iter = chainer.iterators.SerialIterator(test, args.batchsize, repeat=False, shuffle=False)
 
     updater = training.StandardUpdater(train_iter, optimizer)
-    trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
+    trainer = training.Trainer(updater, (args.epoch, "epoch"), out=args.out)
     trainer.extend(extensions.Evaluator(test_iter, model))
 
     # Some display and output extentions are necessary only for worker 0.
     if comm.rank == 0:
         trainer.extend(extensions.LogReport())
-        trainer.extend(extensions.PrintReport(
-            ['epoch', 'main/loss', 'validation/main/loss', 'main/accuracy', 'validation/main/accuracy']))
+        trainer.extend(
+            extensions.PrintReport(
+                ["epoch", "main/loss", "validation/main/loss", "main/accuracy", "validation/main/accuracy"]
+            )
+        )
 
     trainer.run()
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     main()

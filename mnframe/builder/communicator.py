@@ -5,6 +5,7 @@
 creates the world communicator and, for a model-parallel topology, splits it
 into the model-parallel group of this rank and the data-parallel group of
 its replicas (dual parallelism)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,8 +34,9 @@ class Communicators:
 def build_communicators(cfg: CommunicatorConfig, topology) -> Communicators:
     import mnframe
 
-    world = mnframe.create_communicator(cfg.name, allreduce_grad_dtype=cfg.allreduce_grad_dtype,
-                                        batched_copy=cfg.batched_copy)
+    world = mnframe.create_communicator(
+        cfg.name, allreduce_grad_dtype=cfg.allreduce_grad_dtype, batched_copy=cfg.batched_copy
+    )
     if not isinstance(topology, ModelParallelTopology):
         return Communicators(world=world, model=world, data=world)
     g = topology.group_size

@@ -5,6 +5,7 @@ data-parallel ranks. Every strategy returns this rank's (train, test) and may
 wrap the iterators; receive-only model-parallel ranks swap their data for an
 empty dataset of the same length (``create_empty_dataset``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ class Shard(Strategy):
 
     def datasets(self, cfg, comm, seed, world):
         import chainer
+
         import mnframe
 
         train, test = _load(cfg, world)
@@ -117,10 +119,9 @@ def _iterator(cfg: DatasetConfig, dataset, batch_size: int, train: bool):
 
     if cfg.loader == "multiprocess":
         return chainer.iterators.MultiprocessIterator(
-            dataset, batch_size, repeat=train, shuffle=train and cfg.shuffle,
-            n_processes=cfg.n_processes)
-    return chainer.iterators.SerialIterator(dataset, batch_size, repeat=train,
-                                            shuffle=train and cfg.shuffle)
+            dataset, batch_size, repeat=train, shuffle=train and cfg.shuffle, n_processes=cfg.n_processes
+        )
+    return chainer.iterators.SerialIterator(dataset, batch_size, repeat=train, shuffle=train and cfg.shuffle)
 
 
 def per_rank_batch_size(cfg: DatasetConfig, data_width: int) -> int:

@@ -7,6 +7,7 @@ communicator whose NCCL group would hold such ranks (pure_nccl: all ranks;
 hierarchical, two_dimensional, single_node: the ranks of a node) is refused
 at start-up, on every rank, with the fix. Rank 0 logs what was chosen.
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,6 +41,7 @@ def select_device(choice: str, comm):
         return device
     if not info.usable:
         from mnframe.runtime.errors import ConfigError
+
         raise ConfigError(f"trainer.device={choice}: {info.problem}")
     if isinstance(comm, int):
         gpu, rank = comm % info.device_count, 0
@@ -62,6 +64,7 @@ def nccl_scope(comm):
     if path is None:
         return None
     from mnframe._import_path import resolve
+
     return getattr(resolve(path) if isinstance(path, str) else path, "nccl_scope", None)
 
 
@@ -88,10 +91,14 @@ def gpu_plan(comm, device_count: int):
             clashes.append(f"ranks {[r for r, _ in ranks]} on GPU {g} of {host}")
     if clashes:
         from mnframe.runtime.errors import ConfigError
+
         raise ConfigError(
             f"{name} runs NCCL over ranks that share a GPU ({'; '.join(clashes)}), and NCCL needs one GPU per "
             f"rank. Set communicator=non_cuda_aware (GPU data averaged through host memory), or start at most "
-            f"{device_count} rank(s) per host (one per visible GPU)")
+            f"{device_count} rank(s) per host (one per visible GPU)"
+        )
     most = max(len(r) for r in shared.values())
-    return gpu, (f"device: ranks share GPUs (up to {most} per GPU, GPU = intra_rank % {device_count}); "
-                 f"communicator {name} moves no GPU data through NCCL across them")
+    return gpu, (
+        f"device: ranks share GPUs (up to {most} per GPU, GPU = intra_rank % {device_count}); "
+        f"communicator {name} moves no GPU data through NCCL across them"
+    )

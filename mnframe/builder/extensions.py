@@ -5,6 +5,7 @@ own Chainer extension; this step only decides which entries run on this rank
 and registers them with their trigger (``rank0_only`` keeps reporting
 extensions off the other ranks).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

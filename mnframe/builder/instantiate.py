@@ -10,14 +10,15 @@ its own stages). A target can blame its arguments by setting ``argument`` (a
 name or a tuple of names) on the exception it raises (``exc.argument = 'path'``,
 see ``mnframe.recipes.blame``): the key is then ``key.path``.
 """
+
 from __future__ import annotations
 
 import contextlib
 import inspect
 from typing import Any, Dict, Iterator, Optional
 
-from mnframe.config.errors import ConfigError
 from mnframe._import_path import resolve as import_target  # validate.check_target checked the path already
+from mnframe.config.errors import ConfigError
 from mnframe.config.schema import Component
 
 # What a constructor or data loader raises when its arguments are wrong
@@ -56,8 +57,10 @@ def fault_message(path: str, dotted: str, kwargs: Dict[str, Any], exc: BaseExcep
     blamed = (blamed,) if isinstance(blamed, str) else tuple(blamed or ())
     key = ", ".join(f"{path}.{a}" for a in blamed) or path
     text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-    return (f"{key}: {describe_call(dotted, kwargs)} failed: {type(exc).__name__}: {text}\n"
-            f"Fix {key} in the recipe YAML or on the command line.")
+    return (
+        f"{key}: {describe_call(dotted, kwargs)} failed: {type(exc).__name__}: {text}\n"
+        f"Fix {key} in the recipe YAML or on the command line."
+    )
 
 
 def instantiate(component: Component, path: Optional[str] = None, **provided: Any) -> Any:
@@ -85,6 +88,9 @@ def agree_on_faults(comm) -> Iterator[None]:
     messages = list(dict.fromkeys(e for e in errors if e))
     if messages:
         ranks = [r for r, e in enumerate(errors) if e]
-        where = "" if len(ranks) == len(errors) else f" (on rank{'s' if len(ranks) > 1 else ''} " \
-            f"{', '.join(map(str, ranks))})"
+        where = (
+            ""
+            if len(ranks) == len(errors)
+            else f" (on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
+        )
         raise ConfigError(f"building the job failed{where}:\n" + "\n".join(messages))

@@ -12,6 +12,7 @@ data parallelism), ``data_comm`` the ranks that average its gradients (its
 replicas), ``world_comm`` every rank. The builder passes them; the config must
 not set them (``validate`` checks both ways).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict
@@ -32,8 +33,9 @@ def _classifier(link, wrap: bool):
 def build_component(component: Component, comms, path: str) -> Any:
     """``component``'s target called with its arguments and the communicators it declares."""
     wanted = declared_parameters(component.target, COMMUNICATOR_PARAMETERS)
-    return instantiate(component, path=path,
-                       **{param: getattr(comms, COMMUNICATOR_PARAMETERS[param]) for param in wanted})
+    return instantiate(
+        component, path=path, **{param: getattr(comms, COMMUNICATOR_PARAMETERS[param]) for param in wanted}
+    )
 
 
 def build_rank_chain(plan: RankPlan, comms, path: str) -> Any:

@@ -4,6 +4,7 @@
 overrides it); ``HOOKS`` maps config fields to optimizer hooks;
 the ``lr_schedule`` builds its own extension (``mnframe.config.schedules``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict
@@ -73,8 +74,9 @@ def build_optimizer(cfg: OptimizerConfig, model, comm):
     import mnframe
 
     actual = import_target(cfg.target or OPTIMIZERS[cfg.name])(**optimizer_kwargs(cfg))
-    optimizer = mnframe.create_multi_node_optimizer(actual, comm, double_buffering=cfg.double_buffering,
-                                                    zero_fill=cfg.zero_fill)
+    optimizer = mnframe.create_multi_node_optimizer(
+        actual, comm, double_buffering=cfg.double_buffering, zero_fill=cfg.zero_fill
+    )
     optimizer.setup(model)
     for field, make_hook in HOOKS.items():
         value = getattr(cfg, field)

@@ -4,6 +4,7 @@
 updater itself; the validator accepts an updater that needs any of them
 without asking the config for it.
 """
+
 from __future__ import annotations
 
 import inspect

@@ -1,12 +1,16 @@
 """Atomic, verified checkpoints with exact resume, and graceful preemption (see docs/reliability.md)."""
+
 from mnframe._lazy import lazy_exports
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "attach": "mnframe.checkpoint.attach:attach",
-    "CheckpointConfig": "mnframe.checkpoint.config:CheckpointConfig",
-    "CheckpointExtension": "mnframe.checkpoint.extension:CheckpointExtension",
-    "CheckpointStore": "mnframe.checkpoint.store:CheckpointStore",
-    "export_models": "mnframe.checkpoint.export:export_models",
-    "Manifest": "mnframe.checkpoint.manifest:Manifest",
-    "resume": "mnframe.checkpoint.resume:resume",
-})
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "attach": "mnframe.checkpoint.attach:attach",
+        "CheckpointConfig": "mnframe.checkpoint.config:CheckpointConfig",
+        "CheckpointExtension": "mnframe.checkpoint.extension:CheckpointExtension",
+        "CheckpointStore": "mnframe.checkpoint.store:CheckpointStore",
+        "export_models": "mnframe.checkpoint.export:export_models",
+        "Manifest": "mnframe.checkpoint.manifest:Manifest",
+        "resume": "mnframe.checkpoint.resume:resume",
+    },
+)

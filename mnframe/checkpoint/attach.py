@@ -1,4 +1,5 @@
 """``attach``: everything the runner needs for checkpoints, preemption and resume, in one call."""
+
 import os
 
 from mnframe.checkpoint.config import CheckpointConfig
@@ -19,12 +20,20 @@ def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None):
     names the checkpoint loaded (None for a fresh start) and ``preempted`` says
     whether the run stopped for a preemption signal.
     """
-    cfg = cfg_section if isinstance(cfg_section, CheckpointConfig) else CheckpointConfig.model_validate(
-        cfg_section or {})
+    cfg = (
+        cfg_section if isinstance(cfg_section, CheckpointConfig) else CheckpointConfig.model_validate(cfg_section or {})
+    )
     watchdog.set_report_dir(run_dir)
     store = CheckpointStore(os.path.join(os.fspath(run_dir), cfg.dir), comm)
-    ext = CheckpointExtension(store, comm, cfg.interval, keep=cfg.keep, config_hash=config_hash,
-                              config=config, preemption_enabled=cfg.preemption)
+    ext = CheckpointExtension(
+        store,
+        comm,
+        cfg.interval,
+        keep=cfg.keep,
+        config_hash=config_hash,
+        config=config,
+        preemption_enabled=cfg.preemption,
+    )
     ext.bind(trainer)
     trainer.extend(ext, name=ext.name, trigger=ext.trigger, priority=ext.priority)
     ext.resumed_from = resume(trainer, store, cfg, config_hash=config_hash, config=config)

@@ -1,4 +1,5 @@
 """The ``checkpoint`` section of a run's configuration (embedded by the framework schema)."""
+
 from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -12,11 +13,14 @@ class CheckpointConfig(BaseModel):
     interval: int = Field(1000, gt=0, description="write a checkpoint every N iterations")
     keep: int = Field(3, gt=0, description="number of complete checkpoints kept (oldest removed)")
     resume: Literal["auto", "must", "never"] = Field(
-        "auto", description="auto: newest good checkpoint if any; must: fail if none; never: start fresh")
+        "auto", description="auto: newest good checkpoint if any; must: fail if none; never: start fresh"
+    )
     load: Optional[str] = Field(
-        None, description="resume from exactly this checkpoint (e.g. iter_00000010); fail if it is bad")
+        None, description="resume from exactly this checkpoint (e.g. iter_00000010); fail if it is bad"
+    )
     verify: bool = Field(True, description="check every file's size and SHA-256 before loading")
     dir: str = Field("checkpoints", description="checkpoint directory, relative to the run directory")
     preemption: bool = Field(True, description="SIGTERM/SIGUSR1: checkpoint at the next iteration, exit 0")
     allow_unsafe_config_change: bool = Field(
-        False, description="resume even if model/optimizer/dataset settings changed")
+        False, description="resume even if model/optimizer/dataset settings changed"
+    )

@@ -5,6 +5,7 @@ different run (or fails deep inside a load). Changes under ``UNSAFE_PREFIXES``
 are refused unless ``checkpoint.allow_unsafe_config_change`` is set; everything
 else (epochs, logging, extensions, communicator, world size) is shown and allowed.
 """
+
 UNSAFE_PREFIXES = ("model", "optimizer", "dataset", "data")
 
 
@@ -23,8 +24,9 @@ def diff(old, new):
     """[(key, old value, new value)] for every dotted key that differs (missing: '<absent>')."""
     a, b = flatten(old or {}), flatten(new or {})
     absent = "<absent>"
-    return [(k, a.get(k, absent), b.get(k, absent)) for k in sorted(set(a) | set(b))
-            if a.get(k, absent) != b.get(k, absent)]
+    return [
+        (k, a.get(k, absent), b.get(k, absent)) for k in sorted(set(a) | set(b)) if a.get(k, absent) != b.get(k, absent)
+    ]
 
 
 def is_unsafe(key):

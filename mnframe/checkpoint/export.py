@@ -12,11 +12,12 @@ Load one into the same link built by hand::
     model = mnframe.recipes.mnist.model.MLP(n_units=1000, n_out=10)
     chainer.serializers.load_npz("runs/mnist/<time>/model.npz", model)
 """
+
 import os
 
+from mnframe.runtime.errors import CheckpointError
 from mnframe.utils.collectives import share_verdict
 from mnframe.utils.fs import atomic_path
-from mnframe.runtime.errors import CheckpointError
 
 
 def export_file_names(models, model_rank=None):

@@ -9,6 +9,7 @@ preempted, (3) when preempted, makes the trainer stop after this iteration so
 the run ends normally with status 0. Its own state is the random generators
 (see rng.py), saved inside each rank's file.
 """
+
 import sys
 
 from chainer.training import extension
@@ -44,8 +45,9 @@ class CheckpointExtension(extension.Extension):
     trigger = (1, "iteration")
     priority = 0  # below PRIORITY_READER: after every other extension
 
-    def __init__(self, store, comm, interval, keep=3, config_hash=None, config=None,
-                 preemption_enabled=True, abort_on_error=True):
+    def __init__(
+        self, store, comm, interval, keep=3, config_hash=None, config=None, preemption_enabled=True, abort_on_error=True
+    ):
         self.store = store
         self.comm = comm
         self.interval = int(interval)
@@ -79,8 +81,9 @@ class CheckpointExtension(extension.Extension):
             self.preempted = True
             self.save(trainer, reason="preemption")
             if self.comm.rank == 0:
-                sys.stderr.write(f"mnframe: preempted; checkpoint {self.last_saved} written at "
-                                 f"iteration {iteration}, stopping\n")
+                sys.stderr.write(
+                    f"mnframe: preempted; checkpoint {self.last_saved} written at iteration {iteration}, stopping\n"
+                )
         elif iteration % self.interval == 0:
             self.save(trainer)
 
@@ -89,8 +92,13 @@ class CheckpointExtension(extension.Extension):
         self.bind(trainer)
         rank = self.comm.rank
         self.last_saved = self.store.save(
-            trainer.updater.iteration, lambda tmp: save_trainer(tmp, trainer, rank),
-            config_hash=self.config_hash, config=self.config, reason=reason, keep=self.keep)
+            trainer.updater.iteration,
+            lambda tmp: save_trainer(tmp, trainer, rank),
+            config_hash=self.config_hash,
+            config=self.config,
+            reason=reason,
+            keep=self.keep,
+        )
         return self.last_saved
 
     def save_final(self, trainer):

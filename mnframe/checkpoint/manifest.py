@@ -4,6 +4,7 @@ A checkpoint directory is complete only if it holds ``manifest.json`` (written
 last, before the directory is renamed into place) and every file listed there
 has the recorded size and SHA-256. Anything else is ignored by resume.
 """
+
 import dataclasses
 import hashlib
 import json

@@ -1,4 +1,5 @@
 """Resume a trainer from the newest good checkpoint, checking the configuration first."""
+
 import sys
 
 from mnframe.checkpoint import config_diff
@@ -20,15 +21,19 @@ def check_config(comm, manifest, name, config_hash, config, allow_unsafe):
         if not changes:
             return
         unsafe = [k for k, _, _ in changes if config_diff.is_unsafe(k)]
-        text = (f"configuration changed since checkpoint {name} ('!' = unsafe):\n"
-                + config_diff.format_diff(changes))
+        text = f"configuration changed since checkpoint {name} ('!' = unsafe):\n" + config_diff.format_diff(changes)
         if unsafe and not allow_unsafe:
-            raise ConfigError(f"{text}\nRefusing to resume: {', '.join(unsafe)} changed. Restore them, "
-                              f"start a new run directory, or set checkpoint.allow_unsafe_config_change=true.")
+            raise ConfigError(
+                f"{text}\nRefusing to resume: {', '.join(unsafe)} changed. Restore them, "
+                f"start a new run directory, or set checkpoint.allow_unsafe_config_change=true."
+            )
         _say(comm, text)
     elif config_hash and manifest.config_hash and config_hash != manifest.config_hash:
-        _say(comm, f"configuration hash changed since checkpoint {name} "
-                   f"({manifest.config_hash} -> {config_hash}); pass config= to attach() to see the difference")
+        _say(
+            comm,
+            f"configuration hash changed since checkpoint {name} "
+            f"({manifest.config_hash} -> {config_hash}); pass config= to attach() to see the difference",
+        )
 
 
 def resume(trainer, store, cfg, config_hash=None, config=None):
@@ -41,7 +46,11 @@ def resume(trainer, store, cfg, config_hash=None, config=None):
     check_config(comm, manifest, name, config_hash, config, cfg.allow_unsafe_config_change)
     resharded = load_trainer(store.path(name), manifest, trainer, comm)
     shuffle_seeds.restore(comm)  # the checkpointed scatter_dataset shards (after every rank loaded)
-    note = (f"; world size {manifest.world_size} -> {comm.size}: data re-sharded, iterators restart "
-            f"their epoch, per-rank random states not restored" if resharded else "")
+    note = (
+        f"; world size {manifest.world_size} -> {comm.size}: data re-sharded, iterators restart "
+        f"their epoch, per-rank random states not restored"
+        if resharded
+        else ""
+    )
     _say(comm, f"resumed from {store.path(name)} (iteration {manifest.iteration}){note}")
     return name

@@ -15,6 +15,7 @@ the same iterations, so a resumed run draws the same GPU numbers after the
 checkpoint. "In use" means CuPy is imported and has created the generator of
 the current device (``seed_cupy`` does at start-up); a CPU job never imports CuPy.
 """
+
 import pickle
 import random
 import sys
@@ -55,6 +56,7 @@ def _load_mt(serializer, rs):
 def seed_cupy(seed):
     """Seed CuPy's generator of the current device (call after the device is chosen)."""
     import cupy
+
     cupy.random.seed(seed)
 
 
@@ -100,12 +102,15 @@ class RngState:
 
     def serialize(self, serializer):
         import chainer
+
         saving = isinstance(serializer, chainer.serializer.Serializer)
         gens = [("numpy", _GLOBAL_NUMPY)] + [
-            (f"iterator:{name}", rs) for name, rs in _sampler_states(self._iterators_fn()).items()]
+            (f"iterator:{name}", rs) for name, rs in _sampler_states(self._iterators_fn()).items()
+        ]
         for key, rs in gens:
             (_save_mt if saving else _load_mt)(serializer[key], rs)
         from mnframe.datasets import shuffle_seeds
+
         if saving:
             serializer("scatter_seeds", shuffle_seeds.saved_state())
         elif _has_key(serializer, "scatter_seeds"):

@@ -19,6 +19,7 @@ the newest checkpoint whose manifest is present and whose files all verify,
 saying which ones it skipped and why. The root must be on a filesystem every
 rank sees (the usual shared run directory).
 """
+
 import os
 import re
 import shutil
@@ -98,8 +99,14 @@ class CheckpointStore:
                 files = {}
                 for part, _ in results:
                     files.update(part)
-                manifest = Manifest(iteration=int(iteration), world_size=self.comm.size,
-                                    config_hash=config_hash, files=files, config=config, reason=reason)
+                manifest = Manifest(
+                    iteration=int(iteration),
+                    world_size=self.comm.size,
+                    config_hash=config_hash,
+                    files=files,
+                    config=config,
+                    reason=reason,
+                )
                 atomic_write_text(os.path.join(tmp, MANIFEST), manifest.to_json())
                 fsync_dir(tmp)
                 self._commit(tmp, self.path(name))
@@ -140,7 +147,7 @@ class CheckpointStore:
                 self._report_once(name, f"not collected and not counted against keep={keep}: {problem}")
             else:
                 usable.append(name)
-        for name in usable[max(keep - 1, 0):]:
+        for name in usable[max(keep - 1, 0) :]:
             shutil.rmtree(self.path(name), ignore_errors=True)
         for entry in os.listdir(self.root):
             if entry.startswith((TMP_PREFIX, OLD_PREFIX)):
@@ -176,8 +183,11 @@ class CheckpointStore:
         """Names of the committed checkpoint directories, newest first (this rank's view)."""
         if not os.path.isdir(self.root):
             return []
-        found = [(int(m.group(1)), entry) for entry in os.listdir(self.root)
-                 if (m := _NAME_RE.match(entry)) and os.path.isdir(self.path(entry))]
+        found = [
+            (int(m.group(1)), entry)
+            for entry in os.listdir(self.root)
+            if (m := _NAME_RE.match(entry)) and os.path.isdir(self.path(entry))
+        ]
         return [name for _, name in sorted(found, reverse=True)]
 
     def scan(self):
@@ -231,9 +241,11 @@ class CheckpointStore:
             return name, manifest
         detail = ("\n  " + "\n  ".join(skipped)) if skipped else ""
         if resume == "must":
-            raise ConfigError(f"resume=must but there is no complete checkpoint in "
-                              f"{self.root}{detail}\nStart with resume=auto or never, or point "
-                              f"the run directory at the run you want to continue.")
+            raise ConfigError(
+                f"resume=must but there is no complete checkpoint in "
+                f"{self.root}{detail}\nStart with resume=auto or never, or point "
+                f"the run directory at the run you want to continue."
+            )
         if skipped and self.comm.rank == 0:
             _say(f"no usable checkpoint, starting from scratch:{detail}")
         return None
@@ -242,9 +254,11 @@ class CheckpointStore:
         found = dict(listing)
         if load not in found:  # the same listing on every rank: the same verdict
             available = ", ".join(found) or "none"
-            raise ConfigError(f"checkpoint.load: checkpoint {load!r} is not in {self.root}; "
-                              f"available: {available}. Set checkpoint.load to one of them (or "
-                              f"null for the newest), or point hydra.run.dir at the run that has it.")
+            raise ConfigError(
+                f"checkpoint.load: checkpoint {load!r} is not in {self.root}; "
+                f"available: {available}. Set checkpoint.load to one of them (or "
+                f"null for the newest), or point hydra.run.dir at the run that has it."
+            )
         manifest = found[load]
         if isinstance(manifest, str):
             raise CheckpointError(f"checkpoint {load!r} cannot be loaded: {manifest}")

@@ -8,6 +8,7 @@ world size every rank loads rank 0's file but skips the per-rank parts (iterator
 positions and random states): the data is re-sharded and iterators restart
 their epoch.
 """
+
 import os
 
 import chainer
@@ -50,6 +51,5 @@ def load_trainer(directory, manifest, trainer, comm):
         err = f"rank {comm.rank} could not load {path}: {type(exc).__name__}: {exc}"
     errors = [e for e in collectives.allgather_obj(comm, err, name="checkpoint.allgather_obj") if e]
     if errors:
-        raise CheckpointError("resume failed (did the model, optimizer or extensions change?): "
-                              + "; ".join(errors))
+        raise CheckpointError("resume failed (did the model, optimizer or extensions change?): " + "; ".join(errors))
     return resharded

@@ -1,7 +1,11 @@
 """Communicators: create_communicator and the strategies behind it (registry.py holds the name table)."""
+
 from mnframe._lazy import lazy_exports
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "CommunicatorBase": "mnframe.communicators.base:CommunicatorBase",
-    "create_communicator": "mnframe.communicators.factory:create_communicator",
-})
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "CommunicatorBase": "mnframe.communicators.base:CommunicatorBase",
+        "create_communicator": "mnframe.communicators.factory:create_communicator",
+    },
+)

@@ -6,6 +6,7 @@ implemented on mnframe's parts: ``init_ranks`` reads mnframe's node discovery
 (object_ops.py) with ChainerMN's argument checks, ``init_nccl_comm`` and
 ``_get_nccl_type_id`` use mnframe's NCCL table (nccl_ops.py).
 """
+
 import numpy as np
 from mpi4py import MPI
 
@@ -37,11 +38,13 @@ def init_inter_mpi_comm(mpi_comm, intra_rank, inter_rank):
 def init_nccl_comm(mpi_comm):
     """A ``cupy.cuda.nccl.NcclCommunicator`` over ``mpi_comm``'s ranks (collective; needs CUDA and NCCL)."""
     from mnframe.communicators.nccl_ops import NcclGroup
+
     return NcclGroup(mpi_comm).comm
 
 
-def inter_allreduce_gpu(inter_mpi_comm, size, gpu_buffer_a, gpu_buffer_b, n_bytes_buffer, n_elems_per_node,
-                        n_bytes_per_node, cuda_stream):
+def inter_allreduce_gpu(
+    inter_mpi_comm, size, gpu_buffer_a, gpu_buffer_b, n_bytes_buffer, n_elems_per_node, n_bytes_per_node, cuda_stream
+):
     """Average float32 ``gpu_buffer_b`` over ``inter_mpi_comm`` by blocks, result in ``gpu_buffer_b``.
 
     The buffers are ``_memory_utility.DeviceMemory``; block ``i`` (``n_elems_per_node``
@@ -50,15 +53,17 @@ def inter_allreduce_gpu(inter_mpi_comm, size, gpu_buffer_a, gpu_buffer_b, n_byte
     """
     blocks = inter_mpi_comm.size
     cuda_stream.synchronize()
-    inter_mpi_comm.Alltoall([gpu_buffer_b.buffer(n_bytes_buffer), MPI.FLOAT],
-                            [gpu_buffer_a.buffer(n_bytes_buffer), MPI.FLOAT])
+    inter_mpi_comm.Alltoall(
+        [gpu_buffer_b.buffer(n_bytes_buffer), MPI.FLOAT], [gpu_buffer_a.buffer(n_bytes_buffer), MPI.FLOAT]
+    )
     mean = gpu_buffer_a.array(blocks * n_elems_per_node).reshape(blocks, n_elems_per_node).sum(axis=0)
     mean *= 1.0 / size
     for i in range(blocks):
         gpu_buffer_a.from_device(mean, n_bytes_per_node, i * n_bytes_per_node)
     cuda_stream.synchronize()
-    inter_mpi_comm.Alltoall([gpu_buffer_a.buffer(n_bytes_buffer), MPI.FLOAT],
-                            [gpu_buffer_b.buffer(n_bytes_buffer), MPI.FLOAT])
+    inter_mpi_comm.Alltoall(
+        [gpu_buffer_a.buffer(n_bytes_buffer), MPI.FLOAT], [gpu_buffer_b.buffer(n_bytes_buffer), MPI.FLOAT]
+    )
 
 
 def chunked_bcast_obj(obj, mpi_comm, max_buf_len=256 * 1024 * 1024, root=0):
@@ -75,6 +80,7 @@ def chunked_bcast_obj(obj, mpi_comm, max_buf_len=256 * 1024 * 1024, root=0):
 def _get_nccl_type_id(dtype):
     """The NCCL datatype constant for float16/32/64 (ValueError for other dtypes)."""
     from mnframe.communicators.nccl_ops import _TYPES
+
     name = _TYPES.get(np.dtype(dtype)) if np.dtype(dtype).kind == "f" else None
     if name is None:
         raise ValueError(f"dtype must be float16, float32, or float64 (got {np.dtype(dtype)})")

@@ -7,6 +7,7 @@ the CuPy buffers ``HostPinnedMemory``/``DeviceMemory`` with ``pack_params``/
 these (they pack through packing.py and device_packing.py); the GPU helpers
 import CuPy when called and have not run on a GPU.
 """
+
 import ctypes
 
 import numpy as np
@@ -19,7 +20,7 @@ def _cupy():
     try:
         import cupy
     except Exception as e:  # ImportError, or a CUDA driver problem raised at import
-        raise RuntimeError(f"this helper needs CuPy, which does not import here ({type(e).__name__}: {e})")
+        raise RuntimeError(f"this helper needs CuPy, which does not import here ({type(e).__name__}: {e})") from None
     return cupy
 
 
@@ -149,7 +150,7 @@ def pack_params(params, attr_name, buffer, transfer_dtype, zero_fill, stream=Non
     """
     offset = 0
     for param in params:
-        v = _value(param, attr_name, zero_fill, lambda a: param.xp.zeros_like(a))
+        v = _value(param, attr_name, zero_fill, lambda a, param=param: param.xp.zeros_like(a))
         size = v.size * np.dtype(transfer_dtype).itemsize
         buffer.from_device(v if v.dtype == transfer_dtype else v.astype(transfer_dtype), size, offset, stream)
         offset += size
@@ -193,6 +194,7 @@ class ParamsData:
         self.n_params = len(arrays)
         self.n_elems = int(sizes[-1])
         self.size_csum = cp.asarray(sizes)
-        self.dtype = cp.asarray(np.array([_communication_utility._get_nccl_type_id(a.dtype) for a in arrays],
-                                         dtype=np.int32))
+        self.dtype = cp.asarray(
+            np.array([_communication_utility._get_nccl_type_id(a.dtype) for a in arrays], dtype=np.int32)
+        )
         self.dptr = cp.asarray(np.array([a.data.ptr for a in arrays], dtype=np.int64))

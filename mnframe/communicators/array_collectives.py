@@ -13,6 +13,7 @@ Result conventions follow ChainerMN: ``gather`` and ``allgather`` return
 tuples (``None`` on non-root ranks for ``gather``), ``recv`` returns a tuple
 when a tuple was sent, ``bcast`` returns the root's array on the root.
 """
+
 import numpy as np
 from mpi4py import MPI
 
@@ -29,6 +30,7 @@ ALLREDUCE_CHUNK_BYTES = 1 << 21
 
 # ---------------------------------------------------------------- helpers
 
+
 def _identity(x):
     return x
 
@@ -39,6 +41,7 @@ def to_host(x):
         return x, _identity
     if type(x).__module__.split(".")[0] == "cupy":
         import cupy
+
         return cupy.asnumpy(x), cupy.asarray
     data = getattr(x, "array", None)  # a chainer.Variable
     if data is not None and not isinstance(x, (list, tuple)):
@@ -93,7 +96,7 @@ def _flat_outputs(metas):
     flat = np.empty(sum(counts), dtype=dtype)
     outs, off = [], 0
     for (shape, _), c in zip(metas, counts):
-        outs.append(flat[off:off + c].reshape(shape))
+        outs.append(flat[off : off + c].reshape(shape))
         off += c
     return flat.view(np.uint8), outs
 
@@ -120,6 +123,7 @@ def _array_error(x, what):
 def _unwrap_xp(xp_name):
     if xp_name == "cupy":
         import cupy
+
         return cupy.asarray
     return _identity
 
@@ -129,6 +133,7 @@ def _xp_name(back):
 
 
 # ---------------------------------------------------------------- point to point
+
 
 def send(comm, data, dest, tag=0):
     """Send an array, or a tuple/list of arrays, to ``dest``."""
@@ -164,6 +169,7 @@ def recv(comm, source, tag=MPI.ANY_TAG):
 
 
 # ---------------------------------------------------------------- rooted collectives
+
 
 def bcast(comm, data, root=0, max_buf_len=None, error=None):
     """Broadcast the root's array; returns it on every rank."""
@@ -208,7 +214,7 @@ def gather(comm, data, root=0, error=None):
             starts = _displs(sizes)
         for r in range(rounds):
             counts = _round_counts(sizes, limit, r)
-            send_buf = [mine[r * limit:r * limit + counts[comm.rank]], MPI.BYTE]
+            send_buf = [mine[r * limit : r * limit + counts[comm.rank]], MPI.BYTE]
             if not is_root:
                 comm.Gatherv(send_buf, None, root=root)
                 continue
@@ -217,7 +223,7 @@ def gather(comm, data, root=0, error=None):
             comm.Gatherv(send_buf, [tmp, (counts, displs), MPI.BYTE], root=root)
             if rounds > 1:
                 for i, c in enumerate(counts):
-                    flat[starts[i] + r * limit:starts[i] + r * limit + c] = tmp[displs[i]:displs[i] + c]
+                    flat[starts[i] + r * limit : starts[i] + r * limit + c] = tmp[displs[i] : displs[i] + c]
     if not is_root:
         return None
     return tuple(back(o) for o in outs)
@@ -257,9 +263,9 @@ def scatter(comm, xs, root=0):
             part_bytes = [byte_view(p) for p in parts]
         for r in range(_rounds(sizes, limit)):
             counts = _round_counts(sizes, limit, r)
-            recv_buf = [out_bytes[r * limit:r * limit + counts[comm.rank]], MPI.BYTE]
+            recv_buf = [out_bytes[r * limit : r * limit + counts[comm.rank]], MPI.BYTE]
             if comm.rank == root:
-                send = np.concatenate([p[r * limit:r * limit + c] for p, c in zip(part_bytes, counts)])
+                send = np.concatenate([p[r * limit : r * limit + c] for p, c in zip(part_bytes, counts)])
                 comm.Scatterv([send, (counts, _displs(counts)), MPI.BYTE], recv_buf, root=root)
             else:
                 comm.Scatterv(None, recv_buf, root=root)
@@ -267,6 +273,7 @@ def scatter(comm, xs, root=0):
 
 
 # ---------------------------------------------------------------- all-to-all collectives
+
 
 def allgather(comm, data, error=None):
     """Every rank's array (same dtype, any shapes), as a tuple on every rank."""
@@ -287,11 +294,12 @@ def allgather(comm, data, error=None):
             counts = _round_counts(sizes, limit, r)
             displs = _displs(counts)
             tmp = flat if rounds == 1 else np.empty(sum(counts), np.uint8)
-            comm.Allgatherv([mine[r * limit:r * limit + counts[comm.rank]], MPI.BYTE],
-                            [tmp, (counts, displs), MPI.BYTE])
+            comm.Allgatherv(
+                [mine[r * limit : r * limit + counts[comm.rank]], MPI.BYTE], [tmp, (counts, displs), MPI.BYTE]
+            )
             if rounds > 1:
                 for i, c in enumerate(counts):
-                    flat[starts[i] + r * limit:starts[i] + r * limit + c] = tmp[displs[i]:displs[i] + c]
+                    flat[starts[i] + r * limit : starts[i] + r * limit + c] = tmp[displs[i] : displs[i] + c]
     return tuple(back(o) for o in outs)
 
 
@@ -322,13 +330,12 @@ def alltoall(comm, xs):
             scounts = _round_counts(send_sizes, limit, r)
             rcounts = _round_counts(recv_sizes, limit, r)
             rdispls = _displs(rcounts)
-            send = np.concatenate([b[r * limit:r * limit + c] for b, c in zip(send_bytes, scounts)])
+            send = np.concatenate([b[r * limit : r * limit + c] for b, c in zip(send_bytes, scounts)])
             tmp = flat if rounds == 1 else np.empty(sum(rcounts), np.uint8)
-            comm.Alltoallv([send, (scounts, _displs(scounts)), MPI.BYTE],
-                           [tmp, (rcounts, rdispls), MPI.BYTE])
+            comm.Alltoallv([send, (scounts, _displs(scounts)), MPI.BYTE], [tmp, (rcounts, rdispls), MPI.BYTE])
             if rounds > 1:
                 for i, c in enumerate(rcounts):
-                    flat[starts[i] + r * limit:starts[i] + r * limit + c] = tmp[rdispls[i]:rdispls[i] + c]
+                    flat[starts[i] + r * limit : starts[i] + r * limit + c] = tmp[rdispls[i] : rdispls[i] + c]
     return tuple(back(o) for o in outs)
 
 

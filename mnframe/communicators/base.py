@@ -6,6 +6,7 @@ Python objects; ``multi_node_mean_grad``/``bcast_data`` work on Chainer links.
 The implementation shared by all names is ``MpiCommunicator``; this module
 stays import-light (no mpi4py) so that type checks and docs need no MPI.
 """
+
 import abc
 import warnings
 
@@ -95,7 +96,7 @@ class CommunicatorBase(abc.ABC):
     def scatter(self, xs, root=0):
         """Scatter a tuple of ``size`` arrays (or an array along axis 0) from ``root``."""
 
-    def finalize(self):
+    def finalize(self):  # noqa: B027 - a no-op by default, not abstract
         """Release internal resources; the communicator must not be used afterwards."""
 
     # -- objects

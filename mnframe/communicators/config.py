@@ -1,4 +1,5 @@
 """Per-instance communicator configuration: the known names and how each value is checked."""
+
 import numpy as np
 
 _FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -12,8 +13,10 @@ def _grad_dtype(value):
     except TypeError:
         dtype = None
     if dtype not in _FLOAT_DTYPES:
-        raise ValueError(f"allreduce_grad_dtype={value!r}: expected None (each parameter's own dtype) "
-                         f"or one of float16, float32, float64")
+        raise ValueError(
+            f"allreduce_grad_dtype={value!r}: expected None (each parameter's own dtype) "
+            f"or one of float16, float32, float64"
+        )
     return dtype
 
 

@@ -8,6 +8,7 @@ ctypes. An MPI that offers neither counts as not CUDA-aware: GPU data is then
 staged through host memory, which is always correct. ``agreed`` makes every
 rank of a communicator take the same answer (all must take the same path).
 """
+
 import ctypes
 import os
 
@@ -33,6 +34,7 @@ def query_library():
     """The MPI library's own answer (True/False), or None when it offers no query."""
     try:
         from mpi4py import MPI
+
         lib = ctypes.CDLL(MPI.__file__)  # dlsym also searches its dependency, libmpi
     except OSError:
         return None
@@ -63,6 +65,7 @@ def detect():
 def agreed(mpi_comm):
     """True only when every rank of ``mpi_comm`` detects a CUDA-aware MPI (collective)."""
     from mpi4py import MPI
+
     mine = detect()[0]
     with oplog.op("cuda_aware:agree"):
         return bool(mpi_comm.allreduce(int(mine), op=MPI.MIN))

@@ -13,6 +13,7 @@ Scaling by 1/size is folded into the packing kernel, so averaging costs no
 separate pass. ``batched=False`` launches one small kernel per gradient.
 CuPy is imported by the reducer that creates a packer, never here at import.
 """
+
 import functools
 
 import numpy as np
@@ -46,32 +47,46 @@ def _convert(src_t, dst_t):
 def _gather_kernel(src, dst):
     """params (pointer table) -> buffer: out[offsets[j] + k] = scale * src_j[k]; null pointer = zeros."""
     import cupy
+
     s, d = _ctype(src), _ctype(dst)
     acc, through = _convert(s, d)
-    body = _SEARCH + f"""
+    body = (
+        _SEARCH
+        + f"""
     const {s}* p = reinterpret_cast<const {s}*>(ptrs[lo]);
     const {acc} v = p ? ({acc})(p[k]) : ({acc})0;
     out[offsets[lo] + k] = ({d})(({through})(v * ({acc})scale));
     """
+    )
     return cupy.ElementwiseKernel(
         "raw uint64 ptrs, raw int64 starts, raw int64 offsets, int32 n, float64 scale, raw float16 f16tag",
-        f"raw {np.dtype(dst).name} out", body, f"mnframe_pack_{np.dtype(src).name}_{np.dtype(dst).name}")
+        f"raw {np.dtype(dst).name} out",
+        body,
+        f"mnframe_pack_{np.dtype(src).name}_{np.dtype(dst).name}",
+    )
 
 
 @functools.lru_cache(maxsize=None)
 def _scatter_kernel(src, dst):
     """buffer -> params (pointer table): dst_j[k] = buf[offsets[j] + k]."""
     import cupy
+
     s, d = _ctype(src), _ctype(dst)
     acc, through = _convert(s, d)
-    body = _SEARCH + f"""
+    body = (
+        _SEARCH
+        + f"""
     {d}* p = reinterpret_cast<{d}*>(ptrs[lo]);
     p[k] = ({d})(({through})(({acc})(buf[offsets[lo] + k])));
     """
+    )
     # ``buf`` is only read; it is declared as the output so every argument can be raw
     return cupy.ElementwiseKernel(
         "raw uint64 ptrs, raw int64 starts, raw int64 offsets, int32 n, raw float16 f16tag",
-        f"raw {np.dtype(src).name} buf", body, f"mnframe_unpack_{np.dtype(src).name}_{np.dtype(dst).name}")
+        f"raw {np.dtype(src).name} buf",
+        body,
+        f"mnframe_unpack_{np.dtype(src).name}_{np.dtype(dst).name}",
+    )
 
 
 class _Table:
@@ -101,7 +116,7 @@ class DevicePacker:
             self._pack_batched(layout, groups, views, params, scale)
             return
         cupy = self._cupy
-        for e, dst, wire, _ in views:
+        for e, dst, _wire, _ in views:
             grad = params[e.index][1].grad
             if grad is None:
                 dst.fill(0)
@@ -129,8 +144,16 @@ class DevicePacker:
                     grad = self._cupy.ascontiguousarray(grad)
                     keep.append(grad)
                 ptrs[j] = grad.data.ptr
-            _gather_kernel(src, dst)(self._cupy.asarray(ptrs), t.starts, t.offsets, np.int32(t.n),
-                                     float(scale), self._f16tag, groups[gi], size=t.total)
+            _gather_kernel(src, dst)(
+                self._cupy.asarray(ptrs),
+                t.starts,
+                t.offsets,
+                np.int32(t.n),
+                float(scale),
+                self._f16tag,
+                groups[gi],
+                size=t.total,
+            )
         del keep
 
     # ---- unpack
@@ -144,8 +167,12 @@ class DevicePacker:
                     p.grad = src
                 continue
             grad = p.grad
-            if (grad is None or type(grad) is not type(src) or grad.dtype != p.array.dtype
-                    or not grad.flags.c_contiguous):
+            if (
+                grad is None
+                or type(grad) is not type(src)
+                or grad.dtype != p.array.dtype
+                or not grad.flags.c_contiguous
+            ):
                 p.grad = grad = self._cupy.empty(p.array.shape, dtype=p.array.dtype)
             casts.append(item)
             if not batched:
@@ -159,8 +186,9 @@ class DevicePacker:
             tables = self._tables[(layout.key, "unpack")] = self._build(casts, params, pack=False)
         for (gi, src, dst), t in tables.items():
             ptrs = np.fromiter((params[e.index][1].grad.data.ptr for e in t.entries), dtype=np.uint64, count=t.n)
-            _scatter_kernel(src, dst)(self._cupy.asarray(ptrs), t.starts, t.offsets, np.int32(t.n),
-                                      self._f16tag, groups[gi], size=t.total)
+            _scatter_kernel(src, dst)(
+                self._cupy.asarray(ptrs), t.starts, t.offsets, np.int32(t.n), self._f16tag, groups[gi], size=t.total
+            )
 
     # ---- tables
     def _build(self, items, params, pack):

@@ -28,10 +28,11 @@ CUDA support (``cuda_aware.agreed``); otherwise it goes through host memory.
 float16 always goes through host memory (MPI has no half type; its sum is a
 host-side user op).
 """
+
 import numpy as np
 
-from mnframe.communicators import cuda_aware
 from mnframe.communicators import array_collectives as pc
+from mnframe.communicators import cuda_aware
 from mnframe.communicators.device_packing import DevicePacker
 from mnframe.communicators.flat import FlatReducer
 from mnframe.communicators.nccl_ops import NcclGroup
@@ -48,6 +49,7 @@ class DeviceReducer(GradReducer):
 
     def __init__(self, mpi_comm, topology, options=None):
         import cupy
+
         super().__init__(mpi_comm, topology, options)
         self._cupy = cupy
         self._packer = DevicePacker(cupy)
@@ -80,12 +82,14 @@ class DummyDeviceReducer(DeviceReducer):
 
 # ---------------------------------------------------------------- NCCL inside, MPI between nodes
 
+
 class InterNodeSum:
     """Sums CuPy arrays over an MPI communicator: device buffers when the MPI is
     CUDA-aware (and the dtype is native to MPI), else through a host copy."""
 
     def __init__(self, mpi_comm, aware):
         import cupy
+
         self._cupy, self.comm, self.aware = cupy, mpi_comm, aware
         self._host = {}  # (size, dtype) -> reusable host array
 
@@ -135,6 +139,7 @@ class NcclSingleNodeReducer(NcclAllReducer):
 
     def _nccl_comm(self, mpi_comm, topology):
         from mnframe.communicators.single_node import require_one_node
+
         require_one_node(topology)
         return topology.intra_comm
 
@@ -191,6 +196,7 @@ class NcclTwoDimensionalReducer(NcclHierarchicalReducer):
 
 # ---------------------------------------------------------------- MPI on device or host memory
 
+
 class HostStagedReducer(DeviceReducer):
     """The device buffer copied to host memory, averaged there by a CPU reducer
     (``host_reducer``), copied back: one transfer each way per step."""
@@ -244,6 +250,7 @@ class NaiveDeviceReducer(GradReducer):
 
     def __init__(self, mpi_comm, topology, options=None):
         import cupy
+
         super().__init__(mpi_comm, topology, options)
         self._cupy = cupy
         self._sum = InterNodeSum(mpi_comm, cuda_aware.agreed(mpi_comm))
@@ -254,8 +261,11 @@ class NaiveDeviceReducer(GradReducer):
         for g in layout.groups:
             for e in g.entries:
                 p = params[e.index][1]
-                wire = (cupy.zeros(e.shape, dtype=g.dtype) if p.grad is None
-                        else cupy.array(p.grad, dtype=g.dtype, order="C"))
+                wire = (
+                    cupy.zeros(e.shape, dtype=g.dtype)
+                    if p.grad is None
+                    else cupy.array(p.grad, dtype=g.dtype, order="C")
+                )
                 self._sum(wire)
                 wire *= float(scale)
                 p.grad = wire if wire.dtype == p.array.dtype else wire.astype(p.array.dtype)

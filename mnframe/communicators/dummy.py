@@ -3,6 +3,7 @@
 For measuring everything except the gradient exchange (as in ChainerMN); the
 other methods (send, bcast, ...) work normally. Gradients are NOT averaged.
 """
+
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 from mnframe.communicators.reducer_base import GradReducer
 
@@ -14,4 +15,3 @@ class DummyReducer(GradReducer):
 
 class DummyCommunicator(MpiCommunicator, registry_name="dummy"):
     """No gradient communication (benchmarking only)."""
-

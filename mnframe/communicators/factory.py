@@ -1,4 +1,5 @@
 """``create_communicator``: a name from the registry table -> a communicator instance."""
+
 import difflib
 import logging
 
@@ -24,8 +25,10 @@ def _check_device(name):
         return
     problem = registry.cuda_problem(needs_nccl=info.needs_nccl)
     if problem:
-        raise RuntimeError(f"communicator {name!r} runs on GPUs but {problem}. "
-                           f"Names that work on CPU: {', '.join(registry.cpu_names())}")
+        raise RuntimeError(
+            f"communicator {name!r} runs on GPUs but {problem}. "
+            f"Names that work on CPU: {', '.join(registry.cpu_names())}"
+        )
 
 
 def create_communicator(communicator_name=None, mpi_comm=None, allreduce_grad_dtype=None, batched_copy=False):
@@ -41,6 +44,7 @@ def create_communicator(communicator_name=None, mpi_comm=None, allreduce_grad_dt
     """
     if mpi_comm is None:
         from mpi4py import MPI
+
         mpi_comm = MPI.COMM_WORLD
     name = default_name(mpi_comm) if communicator_name is None else communicator_name
     _check_name(name)
@@ -48,6 +52,7 @@ def create_communicator(communicator_name=None, mpi_comm=None, allreduce_grad_dt
     _check_device(name)
     if registry.COMMUNICATORS[name].needs_cuda:
         from mnframe import cuda_env
+
         cuda_env.quiet_cudnn_warning(mpi_comm.rank)  # one note on rank 0 on CuPy 14 (no cuDNN)
     cls = _resolve(registry.COMMUNICATORS[name].class_path)
     comm = cls(mpi_comm=mpi_comm, allreduce_grad_dtype=allreduce_grad_dtype, batched_copy=batched_copy)
@@ -57,6 +62,7 @@ def create_communicator(communicator_name=None, mpi_comm=None, allreduce_grad_dt
 
 def _ranks_on_this_host(mpi_comm):
     from mpi4py import MPI
+
     shared = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED, key=mpi_comm.rank)
     try:
         return shared.size
@@ -73,6 +79,7 @@ def default_name(mpi_comm):
     without CUDA. Rank 0 logs the choice and why.
     """
     from mnframe import cuda_env
+
     info = cuda_env.probe()
     cuda_ok = registry.cuda_problem() is None
     nccl_ok = cuda_ok and info.nccl_problem is None
@@ -84,8 +91,7 @@ def default_name(mpi_comm):
     elif shared:
         r, g = shared[0]
         name, level = SHARED_GPU_NAME, logging.WARNING
-        why = (f"{r} ranks share {g} GPU(s) on a host and NCCL needs one GPU per rank; "
-               f"gradients go through host memory")
+        why = f"{r} ranks share {g} GPU(s) on a host and NCCL needs one GPU per rank; gradients go through host memory"
     elif not all(n for _, n, _, _ in seen):
         name, level = SHARED_GPU_NAME, logging.WARNING
         why = f"NCCL is not usable on every rank ({cuda_env.nccl_hint()}); gradients go through host memory"

@@ -1,4 +1,5 @@
 """``flat``: pack all gradients into one persistent buffer, one MPI allreduce per dtype."""
+
 from mnframe.communicators import array_collectives as pc
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 from mnframe.communicators.reducer_base import GradReducer, scale_inplace
@@ -14,4 +15,3 @@ class FlatReducer(GradReducer):
 
 class FlatCommunicator(MpiCommunicator, registry_name="flat"):
     """One flat buffer and an in-place MPI allreduce over all ranks."""
-

@@ -7,6 +7,7 @@ MPI; then each node rank copies its slice of the leader's result into every
 other segment (the broadcast). On one node the leader step is skipped and the
 reduce writes straight to every segment.
 """
+
 from mnframe.communicators import array_collectives as pc
 from mnframe.communicators.host_kernels import mean_into, slice_bounds
 from mnframe.communicators.mpi_communicator import MpiCommunicator
@@ -40,4 +41,3 @@ class HierarchicalReducer(ShmReducer):
 
 class HierarchicalCommunicator(MpiCommunicator, registry_name="hierarchical"):
     """Shared-memory reduce in the node, leaders' allreduce, shared-memory broadcast."""
-

@@ -6,6 +6,7 @@ result to several destinations in one pass over memory: it works block by block
 written once. When the first destination is also a source, the block is
 accumulated in it directly (no scratch copy). float16 is accumulated in float32.
 """
+
 import numpy as np
 
 BLOCK_BYTES = 1 << 20  # 1 MiB: measured best of 64 KiB..4 MiB on 2 ranks (1 MiB L2 per core)
@@ -31,7 +32,7 @@ def mean_into(sources, dests, scale):
     scratch = None if in_place else np.empty(min(step, n), dtype=acc_dtype)
     for s in range(0, n, step):
         e = min(n, s + step)
-        acc = dests[0][s:e] if in_place else scratch[:e - s]
+        acc = dests[0][s:e] if in_place else scratch[: e - s]
         if len(sources) > 1:
             np.add(sources[0][s:e], sources[1][s:e], out=acc, dtype=acc_dtype, casting="unsafe")
         elif not in_place:

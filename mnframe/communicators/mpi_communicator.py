@@ -10,12 +10,13 @@ the table of that name's row in ``registry.COMMUNICATORS``. A strategy is create
 module are averaged; that is collective, and every rank reaches it at the same
 call because the ranks have just agreed on the gradients' signature.
 """
+
 import numpy as np
 from mpi4py import MPI
 
 from mnframe._import_path import resolve
-from mnframe.communicators import config, object_ops, packing, topology
 from mnframe.communicators import array_collectives as pc
+from mnframe.communicators import config, object_ops, packing, topology
 from mnframe.communicators.base import CommunicatorBase
 from mnframe.communicators.verdict import CommunicatorArgumentError
 from mnframe.runtime import oplog
@@ -56,8 +57,10 @@ class MpiCommunicator(CommunicatorBase):
         self._closers = []  # close() of resources built over this communicator (NCCL groups of MNBN, ...)
 
     def __repr__(self):
-        return (f"<{type(self).__name__} rank {self.rank}/{self.size} "
-                f"node {self.inter_rank}/{self.inter_size} intra {self.intra_rank}/{self.intra_size}>")
+        return (
+            f"<{type(self).__name__} rank {self.rank}/{self.size} "
+            f"node {self.inter_rank}/{self.inter_size} intra {self.intra_rank}/{self.intra_size}>"
+        )
 
     # -- topology
     rank = property(lambda self: self._comm.rank, doc="Rank of this process.")
@@ -159,13 +162,13 @@ class MpiCommunicator(CommunicatorBase):
         if self.rank == 0:
             for g, arr in zip(layout.groups, arrays):
                 for e in g.entries:
-                    arr[e.offset:e.offset + e.size] = pc.to_host(params[e.index][1].array)[0].reshape(-1)
+                    arr[e.offset : e.offset + e.size] = pc.to_host(params[e.index][1].array)[0].reshape(-1)
         for arr in arrays:
             pc.bcast_inplace(self._comm, arr, root=0)
         if self.rank != 0:
             for g, arr in zip(layout.groups, arrays):
                 for e in g.entries:
-                    _assign(params[e.index][1], arr[e.offset:e.offset + e.size].reshape(e.shape))
+                    _assign(params[e.index][1], arr[e.offset : e.offset + e.size].reshape(e.shape))
 
     def multi_node_mean_grad(self, model, zero_fill=False):
         """Average gradients over all ranks (see packing.describe for which take part).
@@ -183,10 +186,12 @@ class MpiCommunicator(CommunicatorBase):
         devices = {s[4] for s in sig if s[3]}
         accepted = self.grad_devices()
         if devices - accepted or len(devices) > 1:
-            raise TypeError(f"{type(self).__name__} averages {'/'.join(sorted(accepted))} gradients, "
-                            f"but the model's are {'/'.join(sorted(devices))} arrays: pick a communicator for "
-                            f"that device (CPU: two_dimensional, ...; GPU: pure_nccl, non_cuda_aware) or move "
-                            f"the whole model (model.to_cpu() / model.to_gpu())")
+            raise TypeError(
+                f"{type(self).__name__} averages {'/'.join(sorted(accepted))} gradients, "
+                f"but the model's are {'/'.join(sorted(devices))} arrays: pick a communicator for "
+                f"that device (CPU: two_dimensional, ...; GPU: pure_nccl, non_cuda_aware) or move "
+                f"the whole model (model.to_cpu() / model.to_gpu())"
+            )
         if self.size == 1:
             # The mean over one rank is the gradient itself: no packing, no copy
             # (and no rounding through a narrower allreduce_grad_dtype).
@@ -222,8 +227,9 @@ class MpiCommunicator(CommunicatorBase):
             return
         with oplog.op(f"{what}:diagnose"):
             sigs = self._comm.allgather(sig)
-        raise CommunicatorArgumentError(f"{what}: the ranks disagree on the model's parameters\n"
-                                        + _describe_mismatch(sigs))
+        raise CommunicatorArgumentError(
+            f"{what}: the ranks disagree on the model's parameters\n" + _describe_mismatch(sigs)
+        )
 
 
 def _assign(param, host):
@@ -232,6 +238,7 @@ def _assign(param, host):
         np.copyto(param.array, host)
     else:
         import cupy
+
         param.array[...] = cupy.asarray(host)
 
 
@@ -250,11 +257,15 @@ def _describe_mismatch(sigs, limit=8):
                 lines.append(f"  parameter {name!r} exists on rank {has} but not on rank {lacks}")
             elif a[3] != b[3]:
                 has, lacks = (0, r) if a[3] else (r, 0)
-                lines.append(f"  rank {lacks} has no gradient for {name!r} while rank {has} has one: "
-                             f"pass zero_fill=True to count missing gradients as zeros")
+                lines.append(
+                    f"  rank {lacks} has no gradient for {name!r} while rank {has} has one: "
+                    f"pass zero_fill=True to count missing gradients as zeros"
+                )
             else:
-                lines.append(f"  {name!r}: shape {a[1]} dtype {a[2]} on {a[4]} at rank 0, "
-                             f"shape {b[1]} dtype {b[2]} on {b[4]} at rank {r}")
+                lines.append(
+                    f"  {name!r}: shape {a[1]} dtype {a[2]} on {a[4]} at rank 0, "
+                    f"shape {b[1]} dtype {b[2]} on {b[4]} at rank {r}"
+                )
             if len(lines) >= limit:
                 return "\n".join(lines + ["  ..."])
     return "\n".join(lines) or "  (the same parameters, but a different allreduce_grad_dtype)"

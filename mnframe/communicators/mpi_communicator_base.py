@@ -2,6 +2,7 @@
 
 ``MpiCommunicatorBase`` is mnframe's ``MpiCommunicator``, the class every communicator
 name derives from (a subclass fills its ``reducers`` table, see mpi_communicator.py)."""
+
 from mnframe.communicators._communication_utility import chunked_bcast_obj
 from mnframe.communicators.mpi_communicator import MpiCommunicator as MpiCommunicatorBase
 

@@ -5,6 +5,7 @@ MPI has no float16 and no boolean "sum", so the table maps each dtype to an
 16-bit words reduced by a user-defined op that adds them in NumPy; bool uses
 logical OR (what ``numpy.add`` does to booleans).
 """
+
 import functools
 
 import numpy as np

@@ -3,6 +3,7 @@
 Kept simple on purpose: it is the reference the other strategies are tested
 against. float16 on the wire or mixed dtypes go through a temporary per param.
 """
+
 import numpy as np
 
 from mnframe.communicators import array_collectives as pc
@@ -36,4 +37,3 @@ class NaiveReducer(GradReducer):
 
 class NaiveCommunicator(MpiCommunicator, registry_name="naive"):
     """Per-parameter MPI allreduce; works on any placement, CPU or GPU arrays."""
-

@@ -1,4 +1,5 @@
 """ChainerMN's module path ``chainermn.communicators.naive_communicator``: mnframe's ``NaiveCommunicator``."""
+
 from mnframe.communicators.naive import NaiveCommunicator
 
 __all__ = ["NaiveCommunicator"]

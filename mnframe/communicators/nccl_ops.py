@@ -9,6 +9,7 @@ Creation never leaves a rank waiting: whether NCCL loads, whether two ranks
 of the group share a GPU (NCCL does not support that and may hang) and whether
 rank 0 got a unique id are decided together, and every rank raises the same error.
 """
+
 import socket
 
 import numpy as np
@@ -31,6 +32,7 @@ class NcclGroup:
 
     def __init__(self, mpi_comm, what="nccl"):
         import cupy
+
         self._cupy = cupy
         self.size, self.rank = mpi_comm.size, mpi_comm.rank
         self.comm = None
@@ -61,14 +63,16 @@ class NcclGroup:
     def allreduce(self, arr):
         """Sum a contiguous CuPy array over the group, in place."""
         with oplog.op("nccl:allreduce", array=arr):
-            self.comm.allReduce(arr.data.ptr, arr.data.ptr, arr.size, self._type(arr),
-                                self._nccl.NCCL_SUM, self._stream())
+            self.comm.allReduce(
+                arr.data.ptr, arr.data.ptr, arr.size, self._type(arr), self._nccl.NCCL_SUM, self._stream()
+            )
 
     def reduce(self, arr, root=0):
         """Sum into ``arr`` on ``root`` (in place); other ranks' ``arr`` is unchanged."""
         with oplog.op("nccl:reduce", array=arr, peer=root):
-            self.comm.reduce(arr.data.ptr, arr.data.ptr, arr.size, self._type(arr),
-                             self._nccl.NCCL_SUM, root, self._stream())
+            self.comm.reduce(
+                arr.data.ptr, arr.data.ptr, arr.size, self._type(arr), self._nccl.NCCL_SUM, root, self._stream()
+            )
 
     def bcast(self, arr, root=0):
         with oplog.op("nccl:bcast", array=arr, peer=root):
@@ -77,17 +81,18 @@ class NcclGroup:
     def reduce_scatter_inplace(self, arr):
         """``arr`` (size divisible by the group size): this rank's block holds the block's sum."""
         count = arr.size // self.size
-        mine = arr[self.rank * count:(self.rank + 1) * count]
+        mine = arr[self.rank * count : (self.rank + 1) * count]
         with oplog.op("nccl:reduce_scatter", array=arr):
             # in place: NCCL allows recvbuff == sendbuff + rank * recvcount
-            self.comm.reduceScatter(arr.data.ptr, mine.data.ptr, count, self._type(arr),
-                                    self._nccl.NCCL_SUM, self._stream())
+            self.comm.reduceScatter(
+                arr.data.ptr, mine.data.ptr, count, self._type(arr), self._nccl.NCCL_SUM, self._stream()
+            )
         return mine
 
     def allgather_inplace(self, arr):
         """Every rank's block of ``arr`` to every rank (size divisible by the group size)."""
         count = arr.size // self.size
-        mine = arr[self.rank * count:(self.rank + 1) * count]
+        mine = arr[self.rank * count : (self.rank + 1) * count]
         with oplog.op("nccl:allgather", array=arr):
             # in place: NCCL allows sendbuff == recvbuff + rank * sendcount
             self.comm.allGather(mine.data.ptr, arr.data.ptr, count, self._type(arr), self._stream())
@@ -124,13 +129,18 @@ def _raise_if_unusable(what, seen):
     problems = [f"rank {r}: {p}" for r, (p, _) in enumerate(seen) if p]
     if problems:
         from mnframe.cuda_env import nccl_hint
-        raise RuntimeError(f"{what}: NCCL is not usable ({'; '.join(problems)}). Install it "
-                           f"({nccl_hint()}) or use communicator non_cuda_aware")
+
+        raise RuntimeError(
+            f"{what}: NCCL is not usable ({'; '.join(problems)}). Install it "
+            f"({nccl_hint()}) or use communicator non_cuda_aware"
+        )
     owners = {}
     for r, (_, gpu) in enumerate(seen):
         owners.setdefault(gpu, []).append(r)
     shared = {gpu: ranks for gpu, ranks in owners.items() if len(ranks) > 1}
     if shared:
         text = "; ".join(f"ranks {ranks} on GPU {gpu[1]} of {gpu[0]}" for gpu, ranks in shared.items())
-        raise RuntimeError(f"{what}: NCCL needs one GPU per rank, but {text}. Start at most one rank per "
-                           f"GPU, or use communicator non_cuda_aware (averages through host memory)")
+        raise RuntimeError(
+            f"{what}: NCCL needs one GPU per rank, but {text}. Start at most one rank per "
+            f"GPU, or use communicator non_cuda_aware (averages through host memory)"
+        )

@@ -6,9 +6,9 @@ shared-memory segment in one transfer, averaged there by the two_dimensional
 algorithm (so it keeps the node structure), and copied back in one transfer
 (``device_reducers.HostStagedReducer``).
 """
+
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 
 
 class NonCudaAwareCommunicator(MpiCommunicator, registry_name="non_cuda_aware"):
     """GPU gradients staged through host shared memory; MPI never sees device pointers."""
-

@@ -4,6 +4,7 @@ Reusing the array operations gives objects the same chunking (payloads over
 2 GiB) and the same shared verdict: an object that cannot be pickled on one
 rank raises the same error on every rank instead of leaving peers waiting.
 """
+
 import functools
 import operator
 import pickle

@@ -11,6 +11,7 @@ when the dtypes agree, so nothing is copied back; the next ``pack`` then skips
 gradients that are still those views. Views keep pointing into the buffer:
 ``release`` replaces them with copies before a buffer is freed.
 """
+
 import dataclasses
 import hashlib
 
@@ -21,18 +22,18 @@ ALIGN = 64  # bytes; every group starts on a cache line
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    index: int      # position in the params list
+    index: int  # position in the params list
     name: str
     shape: tuple
-    size: int       # elements
-    offset: int     # elements from the start of its group
+    size: int  # elements
+    offset: int  # elements from the start of its group
 
 
 @dataclasses.dataclass(frozen=True)
 class Group:
     dtype: np.dtype  # wire dtype
     entries: tuple
-    size: int        # elements
+    size: int  # elements
     byte_offset: int
 
 
@@ -44,7 +45,7 @@ class Layout:
 
     def group_arrays(self, buf):
         """Typed 1-d views of ``buf`` (uint8), one per group."""
-        return [buf[g.byte_offset:g.byte_offset + g.size * g.dtype.itemsize].view(g.dtype) for g in self.groups]
+        return [buf[g.byte_offset : g.byte_offset + g.size * g.dtype.itemsize].view(g.dtype) for g in self.groups]
 
     def entry_views(self, buf):
         """[(entry, shaped view of ``buf``, wire dtype, group index)] for every participating parameter.
@@ -54,7 +55,7 @@ class Layout:
         """
         out = []
         for gi, (g, arr) in enumerate(zip(self.groups, self.group_arrays(buf))):
-            out.extend((e, arr[e.offset:e.offset + e.size].reshape(e.shape), g.dtype, gi) for e in g.entries)
+            out.extend((e, arr[e.offset : e.offset + e.size].reshape(e.shape), g.dtype, gi) for e in g.entries)
         return out
 
 
@@ -80,8 +81,9 @@ def describe(model, zero_fill):
 
 
 def signature_key(sig, wire_dtype):
-    digest = hashlib.blake2b(repr((sig, None if wire_dtype is None else np.dtype(wire_dtype).str)).encode(),
-                             digest_size=8).digest()
+    digest = hashlib.blake2b(
+        repr((sig, None if wire_dtype is None else np.dtype(wire_dtype).str)).encode(), digest_size=8
+    ).digest()
     return int.from_bytes(digest, "little") >> 2  # 62 bits: its negation fits an int64
 
 

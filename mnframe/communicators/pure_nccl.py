@@ -6,6 +6,7 @@ kernel with ``batched_copy``), summed in place by ``ncclAllReduce`` on the
 current stream, handed back as views. float16 on the wire
 (``allreduce_grad_dtype='float16'``) halves the bytes of a float32 model.
 """
+
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 
 

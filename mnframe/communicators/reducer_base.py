@@ -9,6 +9,7 @@ keeps one buffer for each instead of reallocating on every call. Every rank
 sees the same sequence of layouts, so allocation and eviction (collective for
 shared memory) happen at the same point on every rank.
 """
+
 import collections
 
 import numpy as np
@@ -24,8 +25,8 @@ class Buffer:
     def __init__(self, buf):
         self.buf = buf
         self.params = None  # the params last unpacked into it (for release)
-        self.kept = {}      # {param index: weakref to a gradient} a strategy averaged in place, not a view
-        self.views = None   # layout.entry_views(buf), built on first use
+        self.kept = {}  # {param index: weakref to a gradient} a strategy averaged in place, not a view
+        self.views = None  # layout.entry_views(buf), built on first use
         self.groups = None  # layout.group_arrays(buf), built on first use
 
     def entry_views(self, layout):

@@ -17,6 +17,7 @@ The runner's ``communicator=auto`` (its default) goes by the training device
 instead (``name_for_device``), so a CPU run on a GPU machine still averages
 NumPy gradients.
 """
+
 import dataclasses
 import types
 from typing import Mapping
@@ -32,9 +33,9 @@ class CommunicatorInfo:
     ``registry_name``), and ``cpu_ok``/``needs_cuda`` follow from its keys.
     """
 
-    class_path: str                 # "module:Class"
-    reducers: Mapping[str, str]     # "numpy"/"cupy" -> "module:attr"
-    needs_nccl: bool                # needs NCCL (through CuPy)
+    class_path: str  # "module:Class"
+    reducers: Mapping[str, str]  # "numpy"/"cupy" -> "module:attr"
+    needs_nccl: bool  # needs NCCL (through CuPy)
     description: str
 
     @property
@@ -59,25 +60,59 @@ def _info(module, cls, numpy, cupy, description, needs_nccl=False):
 
 
 COMMUNICATORS = {
-    "naive": _info("naive", "NaiveCommunicator", "naive:NaiveReducer", "NaiveDeviceReducer",
-                   "one MPI allreduce per parameter (reference, testing)"),
-    "flat": _info("flat", "FlatCommunicator", "flat:FlatReducer", "flat_reducer",
-                  "one persistent flat buffer, one MPI allreduce over all ranks"),
-    "hierarchical": _info("hierarchical", "HierarchicalCommunicator", "hierarchical:HierarchicalReducer",
-                          "NcclHierarchicalReducer",
-                          "shared-memory reduce in the node, leaders' allreduce, broadcast in the node"),
-    "two_dimensional": _info("two_dimensional", "TwoDimensionalCommunicator",
-                             "two_dimensional:TwoDimensionalReducer", "NcclTwoDimensionalReducer",
-                             "shared-memory reduce-scatter, per-slice allreduce across nodes, allgather"),
+    "naive": _info(
+        "naive",
+        "NaiveCommunicator",
+        "naive:NaiveReducer",
+        "NaiveDeviceReducer",
+        "one MPI allreduce per parameter (reference, testing)",
+    ),
+    "flat": _info(
+        "flat",
+        "FlatCommunicator",
+        "flat:FlatReducer",
+        "flat_reducer",
+        "one persistent flat buffer, one MPI allreduce over all ranks",
+    ),
+    "hierarchical": _info(
+        "hierarchical",
+        "HierarchicalCommunicator",
+        "hierarchical:HierarchicalReducer",
+        "NcclHierarchicalReducer",
+        "shared-memory reduce in the node, leaders' allreduce, broadcast in the node",
+    ),
+    "two_dimensional": _info(
+        "two_dimensional",
+        "TwoDimensionalCommunicator",
+        "two_dimensional:TwoDimensionalReducer",
+        "NcclTwoDimensionalReducer",
+        "shared-memory reduce-scatter, per-slice allreduce across nodes, allgather",
+    ),
     # the two_dimensional reducer as is: on one node it is the fused pass (the class refuses several nodes)
-    "single_node": _info("single_node", "SingleNodeCommunicator", "two_dimensional:TwoDimensionalReducer",
-                         "NcclSingleNodeReducer", "all ranks on one node: one fused shared-memory pass"),
-    "dummy": _info("dummy", "DummyCommunicator", "dummy:DummyReducer", "DummyDeviceReducer",
-                   "no gradient exchange (benchmarking only)"),
-    "pure_nccl": _info("pure_nccl", "PureNcclCommunicator", None, "NcclAllReducer",
-                       "NCCL allreduce of GPU gradients", needs_nccl=True),
-    "non_cuda_aware": _info("non_cuda_aware", "NonCudaAwareCommunicator", None, "HostStagedReducer",
-                            "GPU gradients staged through host memory and averaged over MPI"),
+    "single_node": _info(
+        "single_node",
+        "SingleNodeCommunicator",
+        "two_dimensional:TwoDimensionalReducer",
+        "NcclSingleNodeReducer",
+        "all ranks on one node: one fused shared-memory pass",
+    ),
+    "dummy": _info(
+        "dummy",
+        "DummyCommunicator",
+        "dummy:DummyReducer",
+        "DummyDeviceReducer",
+        "no gradient exchange (benchmarking only)",
+    ),
+    "pure_nccl": _info(
+        "pure_nccl", "PureNcclCommunicator", None, "NcclAllReducer", "NCCL allreduce of GPU gradients", needs_nccl=True
+    ),
+    "non_cuda_aware": _info(
+        "non_cuda_aware",
+        "NonCudaAwareCommunicator",
+        None,
+        "HostStagedReducer",
+        "GPU gradients staged through host memory and averaged over MPI",
+    ),
 }
 
 CPU_DEFAULT = "two_dimensional"
@@ -88,6 +123,7 @@ def cuda_problem(needs_nccl=False):
     """None if CUDA (and NCCL when asked) is usable, else a sentence saying what is missing
     (from ``mnframe.cuda_env.probe``, the one CUDA probe)."""
     from mnframe import cuda_env
+
     info = cuda_env.probe()
     if info.problem is not None:
         return info.problem
@@ -114,4 +150,3 @@ def name_for_device(device):
 
 def cpu_names():
     return [n for n, info in COMMUNICATORS.items() if info.cpu_ok]
-

@@ -8,6 +8,7 @@ Synchronisation: ``fence()`` = memory sync + node barrier; a strategy calls it
 before reading peers' data and before returning (so no rank reuses its segment
 while a peer still reads it).
 """
+
 import numpy as np
 from mpi4py import MPI
 

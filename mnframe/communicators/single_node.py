@@ -3,6 +3,7 @@
 The same algorithm as two_dimensional on one node. Created on several nodes it
 raises (on every rank alike, since all ranks see the same topology).
 """
+
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 
 
@@ -10,7 +11,8 @@ def require_one_node(topology):
     if topology.inter_size != 1:
         raise ValueError(
             f"single_node communicator needs every rank on one node, but the ranks span "
-            f"{topology.inter_size} nodes; use 'two_dimensional' or 'hierarchical' instead")
+            f"{topology.inter_size} nodes; use 'two_dimensional' or 'hierarchical' instead"
+        )
 
 
 class SingleNodeCommunicator(MpiCommunicator, registry_name="single_node"):

@@ -11,6 +11,7 @@ environment, the node of a rank is additionally split by ``world_rank // k``.
 The fake nodes stay inside one real shared-memory node, so the shared-memory
 paths keep working; 4 ranks with k=2 look like 2 nodes x 2 ranks.
 """
+
 import dataclasses
 import os
 import socket
@@ -96,8 +97,14 @@ def discover(mpi_comm):
         intra_comm = mpi_comm.Split(me, mpi_comm.rank)
         inter_comm = mpi_comm.Split(intra_rank, mpi_comm.rank)
     return Topology(
-        rank=mpi_comm.rank, size=mpi_comm.size,
-        intra_rank=intra_rank, intra_size=node_sizes[me],
-        inter_rank=me, inter_size=len(order), node_sizes=node_sizes,
-        intra_comm=intra_comm, inter_comm=inter_comm, uniform=len(set(node_sizes)) == 1,
+        rank=mpi_comm.rank,
+        size=mpi_comm.size,
+        intra_rank=intra_rank,
+        intra_size=node_sizes[me],
+        inter_rank=me,
+        inter_size=len(order),
+        node_sizes=node_sizes,
+        intra_comm=intra_comm,
+        inter_comm=inter_comm,
+        uniform=len(set(node_sizes)) == 1,
     )

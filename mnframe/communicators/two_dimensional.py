@@ -24,6 +24,7 @@ one pass over each slice).
 Nodes with different rank counts cannot pair slices across nodes; there the
 hierarchical algorithm runs instead (decided identically on every rank).
 """
+
 import weakref
 
 import numpy as np
@@ -92,9 +93,14 @@ class TwoDimensionalReducer(ShmReducer):
             if grad is dst:  # still our view from the last call: already in place
                 direct = False
             else:
-                direct = (a < b and isinstance(grad, np.ndarray) and grad.dtype == wire
-                          and grad.flags.c_contiguous and grad.nbytes >= DIRECT_MIN_BYTES
-                          and not _is_kept(kept, e.index, grad))
+                direct = (
+                    a < b
+                    and isinstance(grad, np.ndarray)
+                    and grad.dtype == wire
+                    and grad.flags.c_contiguous
+                    and grad.nbytes >= DIRECT_MIN_BYTES
+                    and not _is_kept(kept, e.index, grad)
+                )
                 if direct:
                     flat, out = grad.reshape(-1), dst.reshape(-1)
                     i, j = a - e.offset, b - e.offset
@@ -127,7 +133,7 @@ class TwoDimensionalReducer(ShmReducer):
             for a, b, source in pieces:
                 seg = [v[gi][a:b] for v in views]
                 mine = seg[me]
-                peers = seg[:me] + seg[me + 1:]
+                peers = seg[:me] + seg[me + 1 :]
                 sources = [mine if source is None else source] + peers
                 # on one node a writable direct source is averaged in place (see _pack)
                 first = source if single and source is not None and source.flags.writeable else mine
@@ -148,4 +154,3 @@ def _is_kept(kept, index, grad):
 
 class TwoDimensionalCommunicator(MpiCommunicator, registry_name="two_dimensional"):
     """Reduce-scatter in the node (shared memory), allreduce per slice across nodes, allgather."""
-

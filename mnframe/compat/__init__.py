@@ -6,4 +6,5 @@ script as ``python script.py args...`` would, with ``chainermn`` and every
 mnframe's abort guard on (see launcher.py). ``install_alias()`` does the
 aliasing alone, for code that wants it in-process (see alias.py).
 """
+
 from mnframe.compat.alias import ALIASED_PACKAGE, ChainermnAliasFinder, install_alias, uninstall_alias  # noqa: F401

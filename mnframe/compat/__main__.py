@@ -1,4 +1,5 @@
 """``python -m mnframe.compat ...``: see launcher.py."""
+
 import sys
 
 from mnframe.compat.launcher import main

@@ -7,6 +7,7 @@ mnframe.x.y`` and classes, isinstance checks and pickles are mnframe's. A path
 mnframe does not have raises ModuleNotFoundError naming both modules: the
 ``chainermn`` package Chainer installs is never imported in its place.
 """
+
 import importlib
 import importlib.abc
 import importlib.util
@@ -21,7 +22,7 @@ def target_name(fullname):
     if fullname == ALIASED_PACKAGE:
         return TARGET_PACKAGE
     if fullname.startswith(ALIASED_PACKAGE + "."):
-        return TARGET_PACKAGE + fullname[len(ALIASED_PACKAGE):]
+        return TARGET_PACKAGE + fullname[len(ALIASED_PACKAGE) :]
     return None
 
 
@@ -50,10 +51,14 @@ class ChainermnAliasFinder(importlib.abc.MetaPathFinder):
         except ModuleNotFoundError:
             found = None
         if found is None:
-            raise ModuleNotFoundError(f"No module named {fullname!r}: running ChainerMN code on mnframe, which has "
-                                      f"no module {mnframe_name!r}", name=fullname)
-        return importlib.util.spec_from_loader(fullname, _AliasLoader(mnframe_name),
-                                               is_package=found.submodule_search_locations is not None)
+            raise ModuleNotFoundError(
+                f"No module named {fullname!r}: running ChainerMN code on mnframe, which has "
+                f"no module {mnframe_name!r}",
+                name=fullname,
+            )
+        return importlib.util.spec_from_loader(
+            fullname, _AliasLoader(mnframe_name), is_package=found.submodule_search_locations is not None
+        )
 
 
 _finder = ChainermnAliasFinder()
@@ -67,12 +72,16 @@ def install_alias():
     """
     if _finder in sys.meta_path:
         return
-    loaded = sorted(name for name, mod in sys.modules.items()
-                    if target_name(name) and mod is not None
-                    and getattr(mod, "__name__", name) == name)
+    loaded = sorted(
+        name
+        for name, mod in sys.modules.items()
+        if target_name(name) and mod is not None and getattr(mod, "__name__", name) == name
+    )
     if loaded:
-        raise RuntimeError(f"ChainerMN's own modules are already imported ({', '.join(loaded[:3])}...); "
-                           f"install the alias before anything imports chainermn")
+        raise RuntimeError(
+            f"ChainerMN's own modules are already imported ({', '.join(loaded[:3])}...); "
+            f"install the alias before anything imports chainermn"
+        )
     sys.meta_path.insert(0, _finder)
 
 

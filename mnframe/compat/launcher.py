@@ -11,6 +11,7 @@ program sees the ``sys.argv``, ``sys.path[0]`` and ``__main__`` that plain
 uncaught exception on any rank prints the rank and traceback and ends the whole
 job. ``MNFRAME_NO_GUARD=1`` leaves the guard off, as everywhere in mnframe.
 """
+
 import os
 import runpy
 import sys
@@ -45,6 +46,7 @@ def parse(argv):
 
 def _guard_on():
     from mnframe.runtime import activation, guard
+
     if not activation.guard_disabled():
         guard.install()
 

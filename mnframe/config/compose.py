@@ -23,6 +23,7 @@ user's ``--config-dir D``: ``D/NAME.yaml``, ``D/NAME/recipe.yaml`` or Hydra's
 own ``D/recipe/NAME.yaml``. Recipe files are global packages (they set any
 section and override group choices in their ``defaults``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -89,6 +90,7 @@ def from_yaml(text: str) -> Dict[str, Any]:
 
 
 # -- recipes -------------------------------------------------------------------
+
 
 def config_dirs_from_argv(argv: Sequence[str]) -> List[Path]:
     """The ``--config-dir``/``-cd`` directories given on a Hydra command line."""
@@ -163,8 +165,9 @@ def find_recipe_options(config_dirs: Sequence[Path] = ()) -> Dict[Tuple[str, str
                 continue
             key = (group, path.stem)
             if key in mine:
-                raise ConfigError(f"config option {group}={path.stem} is defined twice: {mine[key]} and {path}; "
-                                  f"rename one of them")
+                raise ConfigError(
+                    f"config option {group}={path.stem} is defined twice: {mine[key]} and {path}; rename one of them"
+                )
             mine[key] = path
         found.update(mine)
     return found
@@ -231,14 +234,21 @@ def _recipe_elsewhere_hint(name: str) -> str:
     """Where a recipe that was not found may be: a file of that name under the
     working directory, to be passed with ``--config-dir``."""
     cwd = Path.cwd()
-    patterns = [f"{name}.yaml", f"*/{name}.yaml", f"*/{name}/{RECIPE_FILE}", f"*/recipe/{name}.yaml",
-                f"*/*/{name}.yaml"]
+    patterns = [
+        f"{name}.yaml",
+        f"*/{name}.yaml",
+        f"*/{name}/{RECIPE_FILE}",
+        f"*/recipe/{name}.yaml",
+        f"*/*/{name}.yaml",
+    ]
     for pattern in patterns:
         for path in sorted(cwd.glob(pattern)):
             folder = path.parent.parent if path.name == RECIPE_FILE or path.parent.name == "recipe" else path.parent
             rel = os.path.relpath(folder, cwd)
-            return (f"{path.relative_to(cwd)} looks like it; pass its directory: "
-                    f"python -m mnframe --config-dir {rel} recipe={name}")
+            return (
+                f"{path.relative_to(cwd)} looks like it; pass its directory: "
+                f"python -m mnframe --config-dir {rel} recipe={name}"
+            )
     return f"your own recipes: python -m mnframe --config-dir DIR recipe={name} (DIR/{name}.yaml)"
 
 
@@ -274,8 +284,9 @@ def _issues_of_the_rest(overrides: Sequence[str], config_dirs: Sequence[Path]) -
     return []
 
 
-def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] = (),
-                                overrides: Optional[Sequence[str]] = None) -> ConfigError:
+def hydra_error_to_config_error(
+    exc: BaseException, config_dirs: Sequence[Path] = (), overrides: Optional[Sequence[str]] = None
+) -> ConfigError:
     """A Hydra/OmegaConf composition failure as a ConfigError with a suggestion;
     with the command line's ``overrides``, the problems of the rest are added."""
     import yaml
@@ -295,15 +306,16 @@ def hydra_error_to_config_error(exc: BaseException, config_dirs: Sequence[Path] 
         group, option = m.group(1), m.group(2)
         refused.add(group)
         if group == "recipe" and option in UNREADABLE_RECIPES:
-            return ConfigError(f"recipe {option!r}: {UNREADABLE_RECIPES[option]}\n"
-                               "Fix the YAML of that file (the other recipes are not affected).")
+            return ConfigError(
+                f"recipe {option!r}: {UNREADABLE_RECIPES[option]}\n"
+                "Fix the YAML of that file (the other recipes are not affected)."
+            )
         options = list_group_options(group, config_dirs)
         hint = suggest(option, options)
         message = f"unknown {group} option"
         if group == "recipe" and hint is None:
             message += f" ({_recipe_elsewhere_hint(option)})"
-        issues.append(ConfigIssue(group, message, value=option,
-                                  allowed=", ".join(options) or None, suggestion=hint))
+        issues.append(ConfigIssue(group, message, value=option, allowed=", ".join(options) or None, suggestion=hint))
     if issues:
         rest = [o for o in overrides or () if _override_key(o) not in refused]
         if overrides is not None and len(rest) < len(overrides):
@@ -349,8 +361,9 @@ def list_group_options(group: str, config_dirs: Sequence[Path] = ()) -> List[str
 
 
 @contextlib.contextmanager
-def hydra_errors_as_config_errors(config_dirs: Sequence[Path] = (),
-                                  overrides: Optional[Sequence[str]] = None) -> Iterator[None]:
+def hydra_errors_as_config_errors(
+    config_dirs: Sequence[Path] = (), overrides: Optional[Sequence[str]] = None
+) -> Iterator[None]:
     try:
         yield
     except _composition_errors() as exc:
@@ -377,9 +390,11 @@ def resolve(cfg: Any) -> Dict[str, Any]:
 
 # -- the two ways to compose ----------------------------------------------------
 
+
 def compose(overrides: Sequence[str] = (), config_dirs: Sequence[Path] = ()) -> Dict[str, Any]:
     """Compose and resolve without Hydra's run directory (``--check``, tests)."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     config_dirs = [Path(d).resolve() for d in config_dirs]
@@ -397,8 +412,10 @@ def compose(overrides: Sequence[str] = (), config_dirs: Sequence[Path] = ()) -> 
 def run_dir_error(exc: BaseException, run_dir: Optional[str] = None) -> ConfigError:
     """The run directory cannot be created or written: which key to change."""
     where = f" {run_dir}" if run_dir else ""
-    return ConfigError(f"hydra.run.dir: cannot write the run directory{where}: {exc}\n"
-                       f"Set hydra.run.dir (hydra.sweep.dir with -m) to a directory you can write.")
+    return ConfigError(
+        f"hydra.run.dir: cannot write the run directory{where}: {exc}\n"
+        f"Set hydra.run.dir (hydra.sweep.dir with -m) to a directory you can write."
+    )
 
 
 def run_hydra(argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str = "mnframe") -> None:
@@ -406,7 +423,6 @@ def run_hydra(argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str
     import hydra
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
-
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
@@ -419,13 +435,23 @@ def run_hydra(argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str
         with hydra_errors_as_config_errors(config_dirs):
             config = resolve(cfg)
         hydra_cfg = HydraConfig.get()
-        record = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
-                  "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
+        record = {
+            "config.yaml": OmegaConf.to_yaml(cfg),
+            "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
+            "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task),
+        }
         sweep = hydra_cfg.mode == RunMode.MULTIRUN
         try:
-            return task(ComposedJob(config=config, yaml=to_yaml(config), run_dir=hydra_cfg.runtime.output_dir,
-                                    record=record, job_num=hydra_cfg.job.num if sweep else None,
-                                    overrides=tuple(hydra_cfg.overrides.task)))
+            return task(
+                ComposedJob(
+                    config=config,
+                    yaml=to_yaml(config),
+                    run_dir=hydra_cfg.runtime.output_dir,
+                    record=record,
+                    job_num=hydra_cfg.job.num if sweep else None,
+                    overrides=tuple(hydra_cfg.overrides.task),
+                )
+            )
         except BaseException as exc:
             task_errors.append(exc)
             raise

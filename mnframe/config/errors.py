@@ -5,6 +5,7 @@ what is allowed (with a "did you mean" suggestion for misspellings).
 ``raise_issues`` turns a list of them into one ``ConfigError`` whose message
 lists every issue; the guard prints it without a traceback and exits 2.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -27,10 +28,10 @@ class ConfigIssues(ConfigError):
 
 @dataclass(frozen=True)
 class ConfigIssue:
-    path: str                       # dotted config path, e.g. "dataset.batch_size"
-    message: str                    # what is wrong
-    value: Any = _MISSING           # the offending value, when there is one
-    allowed: Optional[str] = None   # what would be accepted
+    path: str  # dotted config path, e.g. "dataset.batch_size"
+    message: str  # what is wrong
+    value: Any = _MISSING  # the offending value, when there is one
+    allowed: Optional[str] = None  # what would be accepted
     suggestion: Optional[str] = None
 
     def render(self) -> str:
@@ -50,8 +51,14 @@ def suggest(word: str, choices: Iterable[str]) -> Optional[str]:
     return matches[0] if matches else None
 
 
-def unknown_key_issue(path: str, key: str, allowed: Sequence[str], kinds: Sequence[str] = (),
-                      kind: Optional[str] = None, extra_hint: Optional[str] = None) -> ConfigIssue:
+def unknown_key_issue(
+    path: str,
+    key: str,
+    allowed: Sequence[str],
+    kinds: Sequence[str] = (),
+    kind: Optional[str] = None,
+    extra_hint: Optional[str] = None,
+) -> ConfigIssue:
     """``path``: unknown key, what is allowed, and a suggestion that is not the key itself.
 
     ``kinds``: the other kinds of this section that have ``key`` (e.g. a data-parallel
@@ -59,14 +66,17 @@ def unknown_key_issue(path: str, key: str, allowed: Sequence[str], kinds: Sequen
     message = "unknown key"
     if kinds:
         group = path.split(".")[0]
-        message = (f"{key!r} is a key of kind {' / '.join(kinds)}, not of kind {kind!r} (left over from "
-                   f"another {group} option?); build the section from nothing in your recipe "
-                   f"(`- override /{group}: null` in its defaults) or from an option of kind {kind!r}")
+        message = (
+            f"{key!r} is a key of kind {' / '.join(kinds)}, not of kind {kind!r} (left over from "
+            f"another {group} option?); build the section from nothing in your recipe "
+            f"(`- override /{group}: null` in its defaults) or from an option of kind {kind!r}"
+        )
     elif extra_hint:
         message += f" {extra_hint}"
     hint = suggest(key, allowed)
-    return ConfigIssue(path, message, allowed=", ".join(sorted(allowed)) or None,
-                       suggestion=hint if hint != key else None)
+    return ConfigIssue(
+        path, message, allowed=", ".join(sorted(allowed)) or None, suggestion=hint if hint != key else None
+    )
 
 
 def join_path(*parts: Any) -> str:
@@ -81,8 +91,10 @@ def join_path(*parts: Any) -> str:
 def format_issues(issues: Sequence[ConfigIssue], header: str = "invalid configuration") -> str:
     lines = [f"{header}: {len(issues)} problem{'s' if len(issues) != 1 else ''}"]
     lines += [i.render() for i in issues]
-    lines.append("Fix the recipe YAML or the command-line override named above "
-                 "(`python -m mnframe ... --cfg job` shows the composed config).")
+    lines.append(
+        "Fix the recipe YAML or the command-line override named above "
+        "(`python -m mnframe ... --cfg job` shows the composed config)."
+    )
     return "\n".join(lines)
 
 
@@ -92,5 +104,13 @@ def raise_issues(issues: List[ConfigIssue], header: str = "invalid configuration
         raise ConfigIssues(issues, header)
 
 
-__all__ = ["ConfigError", "ConfigIssues", "ConfigIssue", "suggest", "unknown_key_issue", "join_path", "format_issues",
-           "raise_issues"]
+__all__ = [
+    "ConfigError",
+    "ConfigIssues",
+    "ConfigIssue",
+    "suggest",
+    "unknown_key_issue",
+    "join_path",
+    "format_issues",
+    "raise_issues",
+]

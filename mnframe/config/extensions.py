@@ -10,6 +10,7 @@ builder (``mnframe.builder.extensions``) derive everything from it.
 
 Only pydantic is imported at module level; ``build`` imports Chainer lazily.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -65,8 +66,9 @@ class EvaluatorExt(ExtensionBase):
     report_prefix: str = "validation"
 
     def build(self, ctx):
-        import mnframe
         from chainer.training import extensions
+
+        import mnframe
 
         evaluator = extensions.Evaluator(ctx.test_iter, ctx.model, device=ctx.device)
         return mnframe.create_multi_node_evaluator(evaluator, ctx.data_comm)
@@ -93,9 +95,17 @@ class PrintReportExt(ExtensionBase):
 
     kind: Literal["print_report"] = "print_report"
     log_report: str = "log_report"
-    entries: List[str] = Field(default_factory=lambda: [
-        "epoch", "iteration", "main/loss", "validation/main/loss",
-        "main/accuracy", "validation/main/accuracy", "elapsed_time"])
+    entries: List[str] = Field(
+        default_factory=lambda: [
+            "epoch",
+            "iteration",
+            "main/loss",
+            "validation/main/loss",
+            "main/accuracy",
+            "validation/main/accuracy",
+            "elapsed_time",
+        ]
+    )
 
     def build(self, ctx):
         from chainer.training import extensions
@@ -130,8 +140,9 @@ class PlotExt(ExtensionBase):
 
         if not extensions.PlotReport.available():
             return None  # matplotlib missing: chainer already warned
-        return extensions.PlotReport(list(self.y_keys), self.x_key, trigger=(self.interval, self.unit),
-                                     filename=self.file_name)
+        return extensions.PlotReport(
+            list(self.y_keys), self.x_key, trigger=(self.interval, self.unit), filename=self.file_name
+        )
 
 
 class ObserveLrExt(ExtensionBase):
@@ -168,15 +179,24 @@ class TensorBoardExt(ExtensionBase):
     def issues(self, path, entries):
         out = []
         if importlib.util.find_spec("tensorboardX") is None:
-            out.append(ConfigIssue(path, "needs the tensorboardX package, which is not installed",
-                                   allowed="pip install 'mnframe[tensorboard]' (or tensorboardX), "
-                                           "or logger=none"))
+            out.append(
+                ConfigIssue(
+                    path,
+                    "needs the tensorboardX package, which is not installed",
+                    allowed="pip install 'mnframe[tensorboard]' (or tensorboardX), or logger=none",
+                )
+            )
         source = entries.get(self.log_report)
         if not isinstance(source, LogReportExt) or not source.enabled:
             reports = sorted(n for n, e in entries.items() if isinstance(e, LogReportExt) and e.enabled)
-            out.append(ConfigIssue(join_path(path, "log_report"), "writes what a log_report extension "
-                                   "logs, and there is no enabled one by that name", value=self.log_report,
-                                   allowed=", ".join(reports) or "enable or add one: extensions.log_report"))
+            out.append(
+                ConfigIssue(
+                    join_path(path, "log_report"),
+                    "writes what a log_report extension logs, and there is no enabled one by that name",
+                    value=self.log_report,
+                    allowed=", ".join(reports) or "enable or add one: extensions.log_report",
+                )
+            )
         return out
 
 
@@ -214,8 +234,7 @@ def _kinds_from_keys(value: Any) -> Any:
 
 
 Extension = Annotated[
-    Union[EvaluatorExt, LogReportExt, PrintReportExt, ProgressBarExt, PlotExt, ObserveLrExt,
-          TensorBoardExt, CustomExt],
+    Union[EvaluatorExt, LogReportExt, PrintReportExt, ProgressBarExt, PlotExt, ObserveLrExt, TensorBoardExt, CustomExt],
     Field(discriminator="kind"),
 ]
 

@@ -4,6 +4,7 @@ each building its own trainer extension and trigger.
 Adding a schedule is one class here with ``kind: Literal["name"]`` and a
 ``build`` method, plus its name in ``LrSchedule``. Chainer is imported lazily.
 """
+
 from __future__ import annotations
 
 from typing import Annotated, List, Literal, Optional, Tuple, Union
@@ -36,8 +37,9 @@ class ExponentialShift(_Schedule):
     def build(self, optimizer):
         from chainer.training import extensions
 
-        return extensions.ExponentialShift(self.attr, self.rate, init=self.init, target=self.target,
-                                           optimizer=optimizer), (self.interval, self.unit)
+        return extensions.ExponentialShift(
+            self.attr, self.rate, init=self.init, target=self.target, optimizer=optimizer
+        ), (self.interval, self.unit)
 
 
 class LinearShift(_Schedule):
@@ -53,8 +55,9 @@ class LinearShift(_Schedule):
     def build(self, optimizer):
         from chainer.training import extensions
 
-        return extensions.LinearShift(self.attr, tuple(self.value_range), tuple(self.time_range),
-                                      optimizer=optimizer), (self.interval, self.unit)
+        return extensions.LinearShift(
+            self.attr, tuple(self.value_range), tuple(self.time_range), optimizer=optimizer
+        ), (self.interval, self.unit)
 
 
 class StepShift(_Schedule):

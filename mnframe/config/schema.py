@@ -20,6 +20,7 @@ Layout (``conf/<group>/<choice>.yaml`` fills each section)::
     extensions                  {name: ``extensions.Extension``} (kind = ``kind`` or the key)
     checkpoint                  CheckpointConfig
 """
+
 from __future__ import annotations
 
 from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
@@ -58,6 +59,7 @@ class Component(BaseModel):
 
 # -- communicator ------------------------------------------------------------
 
+
 class CommunicatorConfig(Strict):
     """Arguments of ``mnframe.create_communicator``; ``name`` is checked against
     ``mnframe.communicators.registry.COMMUNICATORS`` (GPU needs included).
@@ -70,6 +72,7 @@ class CommunicatorConfig(Strict):
 
 
 # -- optimizer ---------------------------------------------------------------
+
 
 class OptimizerConfig(BaseModel):
     """A Chainer optimizer, its hyper-parameters and the multi-node wrapping.
@@ -96,6 +99,7 @@ class OptimizerConfig(BaseModel):
 
 
 # -- dataset -----------------------------------------------------------------
+
 
 class DatasetConfig(Strict):
     """Where the data comes from and how it is spread over the data-parallel ranks.
@@ -191,6 +195,7 @@ class UpdaterConfig(Strict):
 
 # -- trainer -----------------------------------------------------------------
 
+
 class TrainerConfig(Strict):
     """Stop trigger, device choice and output directory.
 
@@ -204,7 +209,8 @@ class TrainerConfig(Strict):
     """
 
     stop: Tuple[PositiveInt, Unit] = Field(
-        (20, "epoch"), json_schema_extra={"form": "[N, epoch] or [N, iteration], e.g. trainer.stop=[5,epoch]"})
+        (20, "epoch"), json_schema_extra={"form": "[N, epoch] or [N, iteration], e.g. trainer.stop=[5,epoch]"}
+    )
     device: Literal["auto", "cpu", "gpu"] = "cpu"
     out: Optional[str] = None
     threads: Union[Literal["auto", "keep"], PositiveInt] = "auto"
@@ -216,6 +222,7 @@ class TrainerConfig(Strict):
 
 
 # -- the whole run -----------------------------------------------------------
+
 
 def _model_tag(value: Any) -> str:
     has_target = isinstance(value, Component) or (isinstance(value, dict) and "_target_" in value)

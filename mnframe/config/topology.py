@@ -16,6 +16,7 @@ blocking operations; a receive from the own rank needs an earlier send to it,
 and every such send a later receive. ``describe`` prints the graph and the
 schedule; ``render_png`` draws it with matplotlib.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,10 +30,10 @@ from mnframe.config.schema import ModelParallelTopology, RankPlan
 class Op:
     """One blocking point-to-point operation of a rank's schedule."""
 
-    kind: str          # "send" | "recv"
+    kind: str  # "send" | "recv"
     peer: int
     stage: int
-    phase: str         # "forward" | "backward"
+    phase: str  # "forward" | "backward"
 
     def __str__(self) -> str:
         arrow = "->" if self.kind == "send" else "<-"
@@ -62,6 +63,7 @@ def rank_schedule(plan: RankPlan, rank: Optional[int] = None) -> List[Op]:
     With ``rank`` (the plan's own rank), hand-offs to itself are left out:
     they happen inside the process.
     """
+
     def peers(ref):
         return [p for p in _peers(ref) if p != rank]
 
@@ -92,16 +94,26 @@ def _handoff_issues(r: int, plan: RankPlan) -> List[ConfigIssue]:
     for i, stage in enumerate(plan.stages):
         taken = _peers(stage.rank_in).count(r)
         if taken > len(pending):
-            issues.append(ConfigIssue(
-                _path(r, i, "rank_in"), f"stage {i} receives from its own rank {r} {taken} time(s) but "
-                f"earlier stages sent to it only {len(pending)} time(s)", value=stage.rank_in,
-                allowed=f"send to rank {r} (rank_out) from an earlier stage first"))
+            issues.append(
+                ConfigIssue(
+                    _path(r, i, "rank_in"),
+                    f"stage {i} receives from its own rank {r} {taken} time(s) but "
+                    f"earlier stages sent to it only {len(pending)} time(s)",
+                    value=stage.rank_in,
+                    allowed=f"send to rank {r} (rank_out) from an earlier stage first",
+                )
+            )
         del pending[:taken]
         pending += [i] * _peers(stage.rank_out).count(r)
     for i in sorted(set(pending)):
-        issues.append(ConfigIssue(
-            _path(r, i, "rank_out"), f"stage {i} sends to its own rank {r} but no later stage receives it",
-            value=plan.stages[i].rank_out, allowed=f"a later stage with rank_in: {r}, or another rank"))
+        issues.append(
+            ConfigIssue(
+                _path(r, i, "rank_out"),
+                f"stage {i} sends to its own rank {r} but no later stage receives it",
+                value=plan.stages[i].rank_out,
+                allowed=f"a later stage with rank_in: {r}, or another rank",
+            )
+        )
     return issues
 
 
@@ -113,20 +125,33 @@ def _structure_issues(topo: ModelParallelTopology) -> List[ConfigIssue]:
             for key in ("rank_in", "rank_out"):
                 for p in _peers(getattr(stage, key)):
                     if not 0 <= p < n:
-                        issues.append(ConfigIssue(_path(r, i, key), f"rank {p} does not exist in "
-                                                  f"a group of {n}", value=p,
-                                                  allowed=f"0..{n - 1} or null"))
+                        issues.append(
+                            ConfigIssue(
+                                _path(r, i, key),
+                                f"rank {p} does not exist in a group of {n}",
+                                value=p,
+                                allowed=f"0..{n - 1} or null",
+                            )
+                        )
         issues += _handoff_issues(r, plan)
         first, last = plan.stages[0], plan.stages[-1]
         if plan.dataset == "empty" and first.rank_in is None:
-            issues.append(ConfigIssue(_path(r, 0, "rank_in"), "this rank has an empty dataset, "
-                                      "so its first stage must receive its input from a rank",
-                                      value=None))
+            issues.append(
+                ConfigIssue(
+                    _path(r, 0, "rank_in"),
+                    "this rank has an empty dataset, so its first stage must receive its input from a rank",
+                    value=None,
+                )
+            )
         if plan.classifier and last.rank_out is not None:
-            issues.append(ConfigIssue(_path(r, len(plan.stages) - 1, "rank_out"),
-                                      "a rank with the loss (classifier: true) must end with "
-                                      "a stage that keeps its output (rank_out: null)",
-                                      value=last.rank_out))
+            issues.append(
+                ConfigIssue(
+                    _path(r, len(plan.stages) - 1, "rank_out"),
+                    "a rank with the loss (classifier: true) must end with "
+                    "a stage that keeps its output (rank_out: null)",
+                    value=last.rank_out,
+                )
+            )
     return issues
 
 
@@ -145,14 +170,22 @@ def _count_issues(schedule: Dict[int, List[Op]]) -> List[ConfigIssue]:
         recvs = [o for o in ops if o.kind == "recv"]
         if len(sends) > len(recvs):
             o = sends[len(recvs)]
-            issues.append(ConfigIssue(_path(src, o.stage, "rank_out"),
-                                      f"rank {src} sends to rank {dst} but rank {dst} has no "
-                                      f"matching receive (rank_in: {src})", value=dst))
+            issues.append(
+                ConfigIssue(
+                    _path(src, o.stage, "rank_out"),
+                    f"rank {src} sends to rank {dst} but rank {dst} has no matching receive (rank_in: {src})",
+                    value=dst,
+                )
+            )
         elif len(recvs) > len(sends):
             o = recvs[len(sends)]
-            issues.append(ConfigIssue(_path(dst, o.stage, "rank_in"),
-                                      f"rank {dst} receives from rank {src} but rank {src} "
-                                      f"never sends to it (rank_out: {dst})", value=src))
+            issues.append(
+                ConfigIssue(
+                    _path(dst, o.stage, "rank_in"),
+                    f"rank {dst} receives from rank {src} but rank {src} never sends to it (rank_out: {dst})",
+                    value=src,
+                )
+            )
     return issues
 
 
@@ -195,9 +228,13 @@ def check_graph(topo: ModelParallelTopology) -> GraphReport:
         waits = "; ".join(f"rank {r} waits in {op}" for r, op in sorted(blocked.items()))
         phase = min(op.phase for op in blocked.values())
         first = min(blocked)
-        report.issues.append(ConfigIssue(
-            _path(first, blocked[first].stage), f"the stage order deadlocks in {phase}: {waits}",
-            allowed="reorder the stages so that each send meets the peer's receive"))
+        report.issues.append(
+            ConfigIssue(
+                _path(first, blocked[first].stage),
+                f"the stage order deadlocks in {phase}: {waits}",
+                allowed="reorder the stages so that each send meets the peer's receive",
+            )
+        )
     return report
 
 
@@ -207,8 +244,7 @@ def replicas(topo: ModelParallelTopology, world_size: int) -> List[List[int]]:
     return [list(range(k * g, (k + 1) * g)) for k in range(max(1, world_size // g))]
 
 
-def describe(topo: ModelParallelTopology, world_size: int,
-             report: Optional[GraphReport] = None) -> str:
+def describe(topo: ModelParallelTopology, world_size: int, report: Optional[GraphReport] = None) -> str:
     """A text picture of the graph, its replicas and the simulated schedule."""
     report = report or check_graph(topo)
     lines = [f"model-parallel group of {topo.group_size} ranks; world size {world_size}"]
@@ -233,6 +269,7 @@ def describe(topo: ModelParallelTopology, world_size: int,
 def render_png(topo: ModelParallelTopology, path: str) -> str:
     """Draw ranks as columns of stage boxes and sends as arrows; return ``path``."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -245,20 +282,33 @@ def render_png(topo: ModelParallelTopology, path: str) -> str:
         for i, s in enumerate(plan.stages):
             xy = (r * 3, -i * 1.5)
             pos[(r, i)] = xy
-            ax.text(*xy, s.module.target.rsplit(".", 1)[-1], ha="center", va="center",
-                    bbox=dict(boxstyle="round", fc="#dde8ff" if plan.dataset == "input" else "#eee"))
+            ax.text(
+                *xy,
+                s.module.target.rsplit(".", 1)[-1],
+                ha="center",
+                va="center",
+                bbox=dict(boxstyle="round", fc="#dde8ff" if plan.dataset == "input" else "#eee"),
+            )
     for r, plan in enumerate(topo.ranks):
         for i, s in enumerate(plan.stages):
             for p in _peers(s.rank_out):
                 # the receiving stage: the peer's first stage that takes input from r
-                j = next((j for j, t in enumerate(topo.ranks[p].stages) if r in _peers(t.rank_in)
-                          and pos[(p, j)][1] <= pos[(r, i)][1]), None)
+                j = next(
+                    (
+                        j
+                        for j, t in enumerate(topo.ranks[p].stages)
+                        if r in _peers(t.rank_in) and pos[(p, j)][1] <= pos[(r, i)][1]
+                    ),
+                    None,
+                )
                 if j is None:
-                    j = next((j for j, t in enumerate(topo.ranks[p].stages)
-                              if r in _peers(t.rank_in)), 0)
-                ax.annotate("", xy=pos[(p, j)], xytext=pos[(r, i)],
-                            arrowprops=dict(arrowstyle="->", color="tab:blue", shrinkA=18,
-                                            shrinkB=18))
+                    j = next((j for j, t in enumerate(topo.ranks[p].stages) if r in _peers(t.rank_in)), 0)
+                ax.annotate(
+                    "",
+                    xy=pos[(p, j)],
+                    xytext=pos[(r, i)],
+                    arrowprops=dict(arrowstyle="->", color="tab:blue", shrinkA=18, shrinkB=18),
+                )
     ax.set_xlim(-1.5, 3 * (n - 1) + 1.5)
     ax.set_ylim(-1.5 * depth, 1.2)
     ax.axis("off")

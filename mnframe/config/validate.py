@@ -17,6 +17,7 @@ so problems found by different passes are reported together.
 ``validate(raw, world_size, has_cuda)`` returns the model or raises one
 ``ConfigError`` listing everything wrong.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -29,11 +30,9 @@ from mnframe.config import schema
 from mnframe.config.errors import ConfigIssue, join_path, raise_issues, suggest, unknown_key_issue
 from mnframe.config.extensions import ExtensionBase
 from mnframe.config.topology import check_graph
-from mnframe.dependencies import missing_dependency
-from mnframe.runtime.errors import DependencyError
-
 
 # -- pass 1: pydantic ----------------------------------------------------------
+
 
 def _model_fields(tp: Any) -> Dict[str, Any]:
     """Field name (and alias) -> annotation of a pydantic model type (or {})."""
@@ -110,7 +109,7 @@ def allowed_keys(root_type: Any, loc: Tuple[Any, ...], kind: Optional[str] = Non
 def _expected_form(root_type: Any, loc: Tuple[Any, ...]) -> Optional[str]:
     """The ``form`` a schema field documents (``json_schema_extra``) at or above ``loc``."""
     for end in range(len(loc), 0, -1):
-        for tp, _ in _walk(root_type, loc[:end - 1]):
+        for tp, _ in _walk(root_type, loc[: end - 1]):
             info = _field_info(tp, loc[end - 1])
             extra = info.json_schema_extra if info is not None else None
             if isinstance(extra, dict) and extra.get("form"):
@@ -124,8 +123,7 @@ def _sibling_kinds(root_type: Any, parent_loc: Tuple[Any, ...], key: str) -> Lis
         return []
     chosen = parent_loc[-1]
     members = _walk(root_type, parent_loc[:-1])
-    return sorted(tag for tp, tag in members
-                  if tag is not None and tag != chosen and key in _model_fields(tp))
+    return sorted(tag for tp, tag in members if tag is not None and tag != chosen and key in _model_fields(tp))
 
 
 def _data_path(data: Any, loc: Tuple[Any, ...]) -> Tuple[List[Any], Any]:
@@ -161,8 +159,7 @@ def accepts_new_keys(root_type: Any, loc: Tuple[Any, ...]) -> bool:
     return False
 
 
-def issues_from_validation(err: ValidationError, data: Any, prefix: str,
-                           root_type: Any) -> List[ConfigIssue]:
+def issues_from_validation(err: ValidationError, data: Any, prefix: str, root_type: Any) -> List[ConfigIssue]:
     """One ConfigIssue per pydantic error, with the config path and a suggestion."""
     issues = []
     for e in err.errors():
@@ -173,13 +170,17 @@ def issues_from_validation(err: ValidationError, data: Any, prefix: str,
             parent_path, _ = _data_path(data, loc[:-1])
             allowed = sorted(allowed_keys(root_type, tuple(loc[:-1])))
             kinds = _sibling_kinds(root_type, tuple(loc[:-1]), key)
-            issues.append(unknown_key_issue(join_path(prefix, *parent_path, key), key, allowed,
-                                            kinds, kind=loc[-2] if len(loc) > 1 else None))
+            issues.append(
+                unknown_key_issue(
+                    join_path(prefix, *parent_path, key), key, allowed, kinds, kind=loc[-2] if len(loc) > 1 else None
+                )
+            )
             continue
         if e["type"] == "missing":
             path = list(path) + ([loc[-1]] if not path or path[-1] != loc[-1] else [])
-            issues.append(ConfigIssue(join_path(prefix, *path), "required key is missing",
-                                      allowed=_expected_form(root_type, loc)))
+            issues.append(
+                ConfigIssue(join_path(prefix, *path), "required key is missing", allowed=_expected_form(root_type, loc))
+            )
             continue
         if e["type"] == "union_tag_invalid":  # an unknown ``kind`` of a discriminated union
             tags = _tags(e.get("ctx", {}).get("expected_tags", ""))
@@ -189,16 +190,26 @@ def issues_from_validation(err: ValidationError, data: Any, prefix: str,
             tag = e.get("ctx", {}).get("tag")
             full = join_path(prefix, *path)
             what = "extension" if full.startswith("extensions.") else full.rsplit(".", 1)[-1]
-            issues.append(ConfigIssue(join_path(prefix, *path, "kind" if given else None),
-                                      f"unknown {what} kind", value=tag, allowed=allowed,
-                                      suggestion=suggest(tag, shown)))
+            issues.append(
+                ConfigIssue(
+                    join_path(prefix, *path, "kind" if given else None),
+                    f"unknown {what} kind",
+                    value=tag,
+                    allowed=allowed,
+                    suggestion=suggest(tag, shown),
+                )
+            )
             continue
-        issues.append(ConfigIssue(join_path(prefix, *path), e["msg"], value=e.get("input"),
-                                  allowed=_expected_form(root_type, loc)))
+        issues.append(
+            ConfigIssue(
+                join_path(prefix, *path), e["msg"], value=e.get("input"), allowed=_expected_form(root_type, loc)
+            )
+        )
     return issues
 
 
 # -- pass 2: names and _target_s -------------------------------------------------
+
 
 def _import_target(dotted: str):
     """Import ``pkg.module.attr`` (or ``pkg.module:attr``): (object, None, None) or (None, problem, suggestion)."""
@@ -207,8 +218,7 @@ def _import_target(dotted: str):
     return locate(dotted)
 
 
-def check_target(path: str, dotted: str, kwargs: Dict[str, Any],
-                 provided: Set[str] = frozenset()) -> List[ConfigIssue]:
+def check_target(path: str, dotted: str, kwargs: Dict[str, Any], provided: Set[str] = frozenset()) -> List[ConfigIssue]:
     """``dotted`` imports and accepts ``kwargs`` (plus what the builder ``provided``)."""
     if dotted == "???":
         return []  # reported as a missing value
@@ -225,43 +235,70 @@ def check_target(path: str, dotted: str, kwargs: Dict[str, Any],
     else:
         unknown = [k for k in kwargs if k not in params]
     names = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    issues = [ConfigIssue(join_path(path, k), f"{dotted} gets {k!r} from the runner; remove it from the config")
-              for k in kwargs if k in provided and k in params]
-    issues += [ConfigIssue(join_path(path, k), f"{dotted} takes no argument {k!r}",
-                          allowed=", ".join(names) or "no arguments", suggestion=suggest(k, names))
-              for k in unknown]
-    missing = [n for n, p in params.items()
-               if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-               and n not in kwargs and n not in provided]
-    issues += [ConfigIssue(join_path(path, n), f"{dotted} needs argument {n!r}; add it")
-               for n in missing]
+    issues = [
+        ConfigIssue(join_path(path, k), f"{dotted} gets {k!r} from the runner; remove it from the config")
+        for k in kwargs
+        if k in provided and k in params
+    ]
+    issues += [
+        ConfigIssue(
+            join_path(path, k),
+            f"{dotted} takes no argument {k!r}",
+            allowed=", ".join(names) or "no arguments",
+            suggestion=suggest(k, names),
+        )
+        for k in unknown
+    ]
+    missing = [
+        n
+        for n, p in params.items()
+        if p.default is p.empty
+        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and n not in kwargs
+        and n not in provided
+    ]
+    issues += [ConfigIssue(join_path(path, n), f"{dotted} needs argument {n!r}; add it") for n in missing]
     return issues
 
 
-def _communicator_issues(cfg: schema.CommunicatorConfig, has_cuda: bool,
-                         device: Optional[str]) -> List[ConfigIssue]:
+def _communicator_issues(cfg: schema.CommunicatorConfig, has_cuda: bool, device: Optional[str]) -> List[ConfigIssue]:
     from mnframe.builder.communicator import communicator_table
 
     table = communicator_table()
     info = table.get(cfg.name)
     if info is None:
-        return [ConfigIssue("communicator.name", "unknown communicator", value=cfg.name,
-                            allowed=", ".join(sorted(table)), suggestion=suggest(cfg.name, table))]
+        return [
+            ConfigIssue(
+                "communicator.name",
+                "unknown communicator",
+                value=cfg.name,
+                allowed=", ".join(sorted(table)),
+                suggestion=suggest(cfg.name, table),
+            )
+        ]
     issues = []
     if getattr(info, "needs_cuda", False) and not has_cuda:
-        issues.append(ConfigIssue(
-            "communicator.name", "this communicator needs a CUDA GPU (CuPy) and none was found",
-            value=cfg.name, allowed=", ".join(sorted(n for n, i in table.items()
-                                                     if getattr(i, "cpu_ok", False)))))
+        issues.append(
+            ConfigIssue(
+                "communicator.name",
+                "this communicator needs a CUDA GPU (CuPy) and none was found",
+                value=cfg.name,
+                allowed=", ".join(sorted(n for n, i in table.items() if getattr(i, "cpu_ok", False))),
+            )
+        )
     elif not getattr(info, "cpu_ok", True) and device == "cpu":
-        issues.append(ConfigIssue(
-            "trainer.device", f"communicator {cfg.name!r} cannot train on the CPU",
-            value=device, allowed="gpu, auto"))
+        issues.append(
+            ConfigIssue(
+                "trainer.device",
+                f"communicator {cfg.name!r} cannot train on the CPU",
+                value=device,
+                allowed="gpu, auto",
+            )
+        )
     return issues
 
 
-def _optimizer_issues(cfg: schema.OptimizerConfig, comm_name: Optional[str],
-                      has_cuda: bool) -> List[ConfigIssue]:
+def _optimizer_issues(cfg: schema.OptimizerConfig, comm_name: Optional[str], has_cuda: bool) -> List[ConfigIssue]:
     from mnframe.builder.optimizer import HPARAM_ALIASES, OPTIMIZERS, optimizer_kwargs
 
     issues = []
@@ -270,24 +307,35 @@ def _optimizer_issues(cfg: schema.OptimizerConfig, comm_name: Optional[str],
     elif cfg.name in OPTIMIZERS:
         dotted = OPTIMIZERS[cfg.name]
     else:
-        return [ConfigIssue("optimizer.name", "unknown optimizer", value=cfg.name,
-                            allowed=", ".join(sorted(OPTIMIZERS)) + " (or set optimizer._target_)",
-                            suggestion=suggest(cfg.name or "", OPTIMIZERS))]
+        return [
+            ConfigIssue(
+                "optimizer.name",
+                "unknown optimizer",
+                value=cfg.name,
+                allowed=", ".join(sorted(OPTIMIZERS)) + " (or set optimizer._target_)",
+                suggestion=suggest(cfg.name or "", OPTIMIZERS),
+            )
+        ]
     # reported under the key the user wrote (``lr``, not the ``alpha`` it stands for)
     bad = set()
     for key, value in cfg.hparams.items():
         if not isinstance(value, (int, float, bool, type(None))) or value == "???":
             bad.add(key)
-            issues.append(ConfigIssue(join_path("optimizer", key),
-                                      "hyper-parameters must be numbers or booleans", value=value))
+            issues.append(
+                ConfigIssue(join_path("optimizer", key), "hyper-parameters must be numbers or booleans", value=value)
+            )
     aliases = {} if cfg.target else HPARAM_ALIASES.get(cfg.name or "", {})
     for alias, real in aliases.items():
         if cfg.hparams.get(alias) is not None and cfg.hparams.get(real) is not None:
-            issues.append(ConfigIssue(
-                join_path("optimizer", alias), f"{alias!r} is another name of {real!r} for "
-                f"{cfg.name}, and both are set", value=cfg.hparams[alias],
-                allowed=f"set one of them: optimizer.{real}=null optimizer.{alias}=..., "
-                        f"or optimizer.{real}=... alone"))
+            issues.append(
+                ConfigIssue(
+                    join_path("optimizer", alias),
+                    f"{alias!r} is another name of {real!r} for {cfg.name}, and both are set",
+                    value=cfg.hparams[alias],
+                    allowed=f"set one of them: optimizer.{real}=null optimizer.{alias}=..., "
+                    f"or optimizer.{real}=... alone",
+                )
+            )
     unchecked = {aliases.get(key, key) for key in bad}
     kwargs = {k: v for k, v in optimizer_kwargs(cfg).items() if k not in unchecked}
     issues += check_target("optimizer", dotted, kwargs)
@@ -301,16 +349,25 @@ def _dataset_issues(cfg: schema.DatasetConfig, dp_width: Optional[int]) -> List[
 
     issues = []
     if cfg.strategy not in STRATEGIES:
-        issues.append(ConfigIssue("dataset.strategy", "unknown data strategy", value=cfg.strategy,
-                                  allowed=", ".join(sorted(STRATEGIES)),
-                                  suggestion=suggest(cfg.strategy, STRATEGIES)))
+        issues.append(
+            ConfigIssue(
+                "dataset.strategy",
+                "unknown data strategy",
+                value=cfg.strategy,
+                allowed=", ".join(sorted(STRATEGIES)),
+                suggestion=suggest(cfg.strategy, STRATEGIES),
+            )
+        )
     if cfg.global_batch_size is not None and dp_width is not None:
         if cfg.global_batch_size % dp_width:
-            issues.append(ConfigIssue(
-                "dataset.global_batch_size",
-                f"must be divisible by the {dp_width} data-parallel ranks",
-                value=cfg.global_batch_size,
-                allowed=f"a multiple of {dp_width}"))
+            issues.append(
+                ConfigIssue(
+                    "dataset.global_batch_size",
+                    f"must be divisible by the {dp_width} data-parallel ranks",
+                    value=cfg.global_batch_size,
+                    allowed=f"a multiple of {dp_width}",
+                )
+            )
     return issues
 
 
@@ -325,13 +382,19 @@ def _model_issues(models: Any, topology: Any) -> List[ConfigIssue]:
             issues += check_target(f"model.{name}", comp.target, comp.kwargs, provided)
     if isinstance(topology, schema.DataParallelTopology):
         if not models:
-            issues.append(ConfigIssue("model", "a data-parallel topology needs a model",
-                                      allowed="model=mlp or {_target_: your.Model, ...}"))
+            issues.append(
+                ConfigIssue(
+                    "model",
+                    "a data-parallel topology needs a model",
+                    allowed="model=mlp or {_target_: your.Model, ...}",
+                )
+            )
     else:
         for r, plan in enumerate(topology.ranks):
             for i, stage in enumerate(plan.stages):
-                issues += check_target(f"topology.ranks.{r}.stages.{i}.module",
-                                       stage.module.target, stage.module.kwargs, provided)
+                issues += check_target(
+                    f"topology.ranks.{r}.stages.{i}.module", stage.module.target, stage.module.kwargs, provided
+                )
     return issues
 
 
@@ -346,6 +409,7 @@ def _extension_issues(entries: Dict[str, ExtensionBase]) -> List[ConfigIssue]:
 
 # -- the entry point -------------------------------------------------------------
 
+
 def _missing_values(node: Any, path: str = ""):
     """``???`` (OmegaConf's mandatory marker) left anywhere in the config."""
     if isinstance(node, dict):
@@ -355,8 +419,9 @@ def _missing_values(node: Any, path: str = ""):
         for i, v in enumerate(node):
             yield from _missing_values(v, join_path(path, i))
     elif node == "???":
-        yield ConfigIssue(path, "mandatory value is not set (???); set it in the recipe "
-                          f"or on the command line: {path}=...")
+        yield ConfigIssue(
+            path, f"mandatory value is not set (???); set it in the recipe or on the command line: {path}=..."
+        )
 
 
 _INVALID = object()  # a section pass 1 could not type
@@ -384,8 +449,9 @@ def _section(name: str, field: Any, value: Any) -> Tuple[Any, List[ConfigIssue]]
     return _INVALID, issues
 
 
-def validate(raw: Dict[str, Any], world_size: Optional[int], has_cuda: bool = False,
-             check_targets: bool = True) -> schema.RunConfig:
+def validate(
+    raw: Dict[str, Any], world_size: Optional[int], has_cuda: bool = False, check_targets: bool = True
+) -> schema.RunConfig:
     """Return the validated ``RunConfig`` or raise one ConfigError listing every problem.
 
     ``world_size=None`` leaves out the checks that need it (used to report the
@@ -395,15 +461,19 @@ def validate(raw: Dict[str, Any], world_size: Optional[int], has_cuda: bool = Fa
     raw = resolve_auto_communicator(raw, has_cuda)
     issues: List[ConfigIssue] = list(_missing_values(raw))
     if isinstance(raw.get("checkpoint"), dict) and "resume" in raw["checkpoint"]:
-        issues.append(ConfigIssue("checkpoint.resume", "resume is chosen at the top level",
-                                  value=raw["checkpoint"]["resume"],
-                                  allowed="resume=auto|must|never"))
+        issues.append(
+            ConfigIssue(
+                "checkpoint.resume",
+                "resume is chosen at the top level",
+                value=raw["checkpoint"]["resume"],
+                allowed="resume=auto|must|never",
+            )
+        )
     sections: Dict[str, Any] = {}
     fields = schema.RunConfig.model_fields
     for key in raw:
         if key not in fields and key not in {f.alias for f in fields.values()}:
-            issues.append(ConfigIssue(key, "unknown key", allowed=", ".join(fields),
-                                      suggestion=suggest(key, fields)))
+            issues.append(ConfigIssue(key, "unknown key", allowed=", ".join(fields), suggestion=suggest(key, fields)))
     for name, field in fields.items():
         if name not in raw:
             if field.is_required():
@@ -440,13 +510,13 @@ def resolve_auto_communicator(raw: Dict[str, Any], has_cuda: bool) -> Dict[str, 
     return {**raw, "communicator": {**comm, "name": name_for_device(device)}}
 
 
-def _semantic_issues(s: Dict[str, Any], world_size: Optional[int], has_cuda: bool,
-                     check_targets: bool) -> List[ConfigIssue]:
+def _semantic_issues(
+    s: Dict[str, Any], world_size: Optional[int], has_cuda: bool, check_targets: bool
+) -> List[ConfigIssue]:
     issues: List[ConfigIssue] = []
     device = s["trainer"].device if "trainer" in s else "cpu"
     if device == "gpu" and not has_cuda:
-        issues.append(ConfigIssue("trainer.device", "no CUDA GPU (CuPy) found", value="gpu",
-                                  allowed="cpu, auto"))
+        issues.append(ConfigIssue("trainer.device", "no CUDA GPU (CuPy) found", value="gpu", allowed="cpu, auto"))
     if device == "auto":
         device = "gpu" if has_cuda else "cpu"
     if "communicator" in s:
@@ -458,13 +528,21 @@ def _semantic_issues(s: Dict[str, Any], world_size: Optional[int], has_cuda: boo
         if world_size is None:
             pass
         elif world_size < group:
-            issues.append(ConfigIssue("topology.ranks", f"the model-parallel graph needs {group} "
-                                      f"ranks but the job has {world_size}",
-                                      allowed=f"mpiexec -n {group} (or a multiple)"))
+            issues.append(
+                ConfigIssue(
+                    "topology.ranks",
+                    f"the model-parallel graph needs {group} ranks but the job has {world_size}",
+                    allowed=f"mpiexec -n {group} (or a multiple)",
+                )
+            )
         elif world_size % group:
-            issues.append(ConfigIssue("topology.ranks", f"the world size {world_size} is not a "
-                                      f"multiple of the model-parallel group size {group}",
-                                      allowed=f"a multiple of {group}"))
+            issues.append(
+                ConfigIssue(
+                    "topology.ranks",
+                    f"the world size {world_size} is not a multiple of the model-parallel group size {group}",
+                    allowed=f"a multiple of {group}",
+                )
+            )
         issues += check_graph(topo).issues
         dp_width = None if world_size is None else max(1, world_size // group)
     if "dataset" in s:
@@ -475,8 +553,7 @@ def _semantic_issues(s: Dict[str, Any], world_size: Optional[int], has_cuda: boo
         comm = s["communicator"].name if "communicator" in s else None
         issues += _optimizer_issues(s["optimizer"], comm, has_cuda)
     if "dataset" in s:
-        issues += check_target("dataset.source", s["dataset"].source.target,
-                               s["dataset"].source.kwargs)
+        issues += check_target("dataset.source", s["dataset"].source.target, s["dataset"].source.kwargs)
     if topo is not None and "model" in s:
         issues += _model_issues(s["model"], topo)
     if "updater" in s:
@@ -486,5 +563,3 @@ def _semantic_issues(s: Dict[str, Any], world_size: Optional[int], has_cuda: boo
     if "extensions" in s:
         issues += _extension_issues(s["extensions"])
     return issues
-
-

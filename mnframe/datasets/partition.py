@@ -5,6 +5,7 @@ With ``force_equal_length=True`` every rank gets ``ceil(n / size)`` examples
 (neighbouring shards overlap a little, as in ChainerMN); with ``False`` the
 ranges tile ``[0, n)`` exactly and the first ``n % size`` ranks get one more.
 """
+
 import numpy as np
 
 

@@ -14,6 +14,7 @@ The root's decision (layout, ranges, or an error) is broadcast first, so a
 problem seen on the root raises the same ``DataSizeError``/``ValueError`` on
 every rank instead of leaving the others waiting.
 """
+
 import chainer
 import numpy as np
 
@@ -31,6 +32,7 @@ def _mpi_comm(comm):
 
 
 # ---- layouts: how one kind of dataset is described, cut and moved -------------------------
+
 
 class _ArrayLayout:
     """A NumPy ndarray (non-object dtype): one raw component."""
@@ -54,7 +56,8 @@ class _TupleLayout:
     @staticmethod
     def matches(dataset):
         return isinstance(dataset, chainer.datasets.TupleDataset) and all(
-            _ArrayLayout.matches(d) for d in dataset._datasets)
+            _ArrayLayout.matches(d) for d in dataset._datasets
+        )
 
     @staticmethod
     def components(dataset):
@@ -110,24 +113,40 @@ _MESSAGE_BYTES = 16 * 2**20
 def _plan(dataset, size, shuffle, seed, max_buf_len, force_equal_length):
     """(header broadcast to all ranks, permutation kept on the root)."""
     if dataset is None:
-        return {"error": ("ValueError", "scatter_dataset: the root rank passed dataset=None; "
-                                        "pass the dataset on the root (other ranks may pass None)")}, None
+        return {
+            "error": (
+                "ValueError",
+                "scatter_dataset: the root rank passed dataset=None; "
+                "pass the dataset on the root (other ranks may pass None)",
+            )
+        }, None
     if not 0 < max_buf_len <= transport.MPI_COUNT_MAX:
-        return {"error": ("DataSizeError",
-                          f"scatter_dataset: max_buf_len={max_buf_len} must be in [1, 2**31 - 1] bytes "
-                          "(it is the size of one MPI message); the dataset itself may be larger")}, None
+        return {
+            "error": (
+                "DataSizeError",
+                f"scatter_dataset: max_buf_len={max_buf_len} must be in [1, 2**31 - 1] bytes "
+                "(it is the size of one MPI message); the dataset itself may be larger",
+            )
+        }, None
     n = len(dataset)
     name = _layout_name(dataset)
     header = {
-        "error": None, "layout": name, "n": n, "chunk": int(min(max_buf_len, _MESSAGE_BYTES)),
+        "error": None,
+        "layout": name,
+        "n": n,
+        "chunk": int(min(max_buf_len, _MESSAGE_BYTES)),
         "ranges": partition.shard_ranges(n, size, force_equal_length),
     }
     if name != "pickle":
         comps = _RAW_LAYOUTS[name].components(dataset)
         lengths = {len(c) for c in comps}
         if len(lengths) != 1:
-            return {"error": ("ValueError", f"scatter_dataset: TupleDataset components have different "
-                                            f"lengths {sorted(lengths)}")}, None
+            return {
+                "error": (
+                    "ValueError",
+                    f"scatter_dataset: TupleDataset components have different lengths {sorted(lengths)}",
+                )
+            }, None
         header["components"] = [(c.dtype, c.shape[1:]) for c in comps]
     if shuffle:
         # ChainerMN permutes with fresh entropy when seed is None; we draw that seed
@@ -139,8 +158,9 @@ def _plan(dataset, size, shuffle, seed, max_buf_len, force_equal_length):
 _ERRORS = {"DataSizeError": DataSizeError, "ValueError": ValueError}
 
 
-def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
-                    max_buf_len=256 * 1024 * 1024, force_equal_length=True):
+def scatter_dataset(
+    dataset, comm, root=0, shuffle=False, seed=None, max_buf_len=256 * 1024 * 1024, force_equal_length=True
+):
     """Scatter ``dataset`` (significant on ``root`` only) so each rank gets its shard.
 
     Same partition as ChainerMN: ``shuffle`` permutes with
@@ -186,8 +206,7 @@ def _receive(mpi, dataset, header, order, root):
         if error is not None:
             raise ValueError(f"scatter_dataset: the root could not send rank {mpi.rank}'s shard: {error}")
         return shard
-    arrays = [transport.recv_rows(mpi, end - begin, tail, dtype, root, chunk)
-              for dtype, tail in header["components"]]
+    arrays = [transport.recv_rows(mpi, end - begin, tail, dtype, root, chunk) for dtype, tail in header["components"]]
     return _RAW_LAYOUTS[header["layout"]].build(arrays)
 
 
@@ -246,5 +265,6 @@ def __getattr__(name):
     # ChainerMN's deprecated helpers live in epochs.py (which imports this module).
     if name in ("get_n_iterations_for_one_epoch", "get_epoch_trigger"):
         from mnframe.datasets import epochs
+
         return getattr(epochs, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,6 +11,7 @@ the checkpointed shards in place: the ranks exchange the examples the old
 permutation gave them (one alltoall), so iterators and any wrappers around
 the shard see the old shard. Same root data, same size: exact resume.
 """
+
 import secrets
 import sys
 import weakref
@@ -19,7 +20,7 @@ import numpy as np
 
 from mnframe.runtime import oplog
 
-_scattered = []       # _Scatter per shuffled scatter_dataset call of this process, in call order
+_scattered = []  # _Scatter per shuffled scatter_dataset call of this process, in call order
 _loaded = {"seeds": None}
 
 
@@ -67,22 +68,32 @@ def restore(comm):
     notes = []
     for k, (n_then, seed_then) in enumerate(saved.tolist()):
         if k >= len(_scattered):
-            notes.append(f"scatter_dataset call #{k + 1} of the checkpointed run was not made in this run "
-                         f"(yet): its shard is not restored and the resume may not be exact")
+            notes.append(
+                f"scatter_dataset call #{k + 1} of the checkpointed run was not made in this run "
+                f"(yet): its shard is not restored and the resume may not be exact"
+            )
             continue
         entry = _scattered[k]
         if entry.seed == seed_then:
             continue
         if entry.n != n_then or seed_then < 0 or entry.seed is None or entry.shard() is None:
-            why = (f"the dataset has {entry.n} examples, {n_then} at the checkpoint" if entry.n != n_then
-                   else "its seed is not an integer" if seed_then < 0 or entry.seed is None
-                   else "its shard no longer exists")
-            notes.append(f"warning: scatter_dataset call #{k + 1} cannot be given the checkpointed shards "
-                         f"({why}): the resume is not exact")
+            why = (
+                f"the dataset has {entry.n} examples, {n_then} at the checkpoint"
+                if entry.n != n_then
+                else "its seed is not an integer"
+                if seed_then < 0 or entry.seed is None
+                else "its shard no longer exists"
+            )
+            notes.append(
+                f"warning: scatter_dataset call #{k + 1} cannot be given the checkpointed shards "
+                f"({why}): the resume is not exact"
+            )
             continue
         _reshard(entry, int(seed_then), mpi)
-        notes.append(f"scatter_dataset call #{k + 1} was shuffled with seed {seed_then} when the checkpoint "
-                     f"was written (this run drew {entry.seed}): shards restored")
+        notes.append(
+            f"scatter_dataset call #{k + 1} was shuffled with seed {seed_then} when the checkpoint "
+            f"was written (this run drew {entry.seed}): shards restored"
+        )
         entry.seed = int(seed_then)
     if notes and mpi.Get_rank() == 0:
         sys.stderr.write("".join(f"mnframe checkpoint: {t}\n" for t in notes))
@@ -92,6 +103,7 @@ def restore(comm):
 
 def _is_subdataset(shard):
     import chainer
+
     return isinstance(shard, chainer.datasets.SubDataset)
 
 
@@ -133,12 +145,12 @@ def _reshard(entry, seed_then, mpi):
     position_now[now] = np.arange(n)
     holder = np.empty(n, dtype=np.int64)  # position -> lowest rank holding it (shards may overlap)
     for r in reversed(range(len(ranges))):
-        holder[ranges[r][0]:min(ranges[r][1], n)] = r
+        holder[ranges[r][0] : min(ranges[r][1], n)] = r
     shard = entry.shard()
     my_begin = ranges[rank][0]
     outgoing = []
     for begin, end in ranges:
-        source = position_now[then[begin:min(end, n)]]
+        source = position_now[then[begin : min(end, n)]]
         wanted = np.nonzero(holder[source] == rank)[0]
         outgoing.append((wanted, _take(shard, entry.layout, source[wanted] - my_begin)))
     with oplog.op("scatter_dataset.restore_shards"):

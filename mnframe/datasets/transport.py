@@ -9,6 +9,7 @@ the sender gathers them block by block into two staging buffers and overlaps
 gathering the next block with sending the previous one, so the root never holds
 a second copy of a whole shard.
 """
+
 import pickle
 
 import numpy as np
@@ -49,7 +50,7 @@ def send_rows(comm, arr, index, dest, chunk):
         for _, _, parts in pieces(n_rows, row_bytes, chunk):
             for off, count in parts:
                 with oplog.op("scatter_dataset.send", peer=dest, nbytes=count):
-                    comm.Send([flat[off:off + count], MPI.BYTE], dest, _TAG)
+                    comm.Send([flat[off : off + count], MPI.BYTE], dest, _TAG)
         return
     rows_per_block = max(1, chunk // max(1, row_bytes))
     stages = [np.empty((min(rows_per_block, n_rows),) + arr.shape[1:], arr.dtype) for _ in range(2)]
@@ -58,7 +59,7 @@ def send_rows(comm, arr, index, dest, chunk):
         slot = block % 2
         with oplog.op("scatter_dataset.wait", peer=dest):
             MPI.Request.Waitall(pending[slot])  # this staging buffer is free again
-        stage = stages[slot][:r1 - r0]
+        stage = stages[slot][: r1 - r0]
         if view is not None:
             np.copyto(stage, view[r0:r1])
         else:
@@ -68,7 +69,7 @@ def send_rows(comm, arr, index, dest, chunk):
         reqs = []
         for off, count in parts:
             with oplog.op("scatter_dataset.isend", peer=dest, nbytes=count):
-                reqs.append(comm.Isend([flat[off - base:off - base + count], MPI.BYTE], dest, _TAG))
+                reqs.append(comm.Isend([flat[off - base : off - base + count], MPI.BYTE], dest, _TAG))
         pending[slot] = reqs
     for reqs in pending:
         with oplog.op("scatter_dataset.wait", peer=dest):
@@ -83,7 +84,7 @@ def recv_rows(comm, n_rows, tail, dtype, source, chunk):
     for _, _, parts in pieces(n_rows, row_bytes, chunk):
         for off, count in parts:
             with oplog.op("scatter_dataset.recv", peer=source, nbytes=count):
-                comm.Recv([flat[off:off + count], MPI.BYTE], source, _TAG)
+                comm.Recv([flat[off : off + count], MPI.BYTE], source, _TAG)
     return out
 
 

@@ -7,11 +7,11 @@ float64 buffer through one allreduce; every rank first checks that it holds
 the same persistents (names, shapes), so a model mismatch gives the same clear
 error on every rank instead of a garbled average or a hang.
 """
+
 import numbers
 
-import numpy
-
 import chainer
+import numpy
 from chainer import backend
 from chainer.training import extension
 
@@ -70,18 +70,17 @@ class AllreducePersistent(extension.Extension):
                 "AllreducePersistent: ranks hold different float persistents (rank 0 has "
                 f"{layouts[0]}, ranks {bad} differ, e.g. {layouts[bad[0]]}); use the same model "
                 "on every rank and run one forward pass everywhere before averaging lazily "
-                "initialised links")
+                "initialised links"
+            )
         if not items:
             return
-        host = [numpy.asarray(backend.CpuDevice().send(v), dtype=numpy.float64).ravel()
-                for _, _, _, v in items]
+        host = [numpy.asarray(backend.CpuDevice().send(v), dtype=numpy.float64).ravel() for _, _, _, v in items]
         sizes = [h.size for h in host]
-        total = collectives.allreduce_sum(self.comm, numpy.concatenate(host),
-                                          name="allreduce_persistent")
+        total = collectives.allreduce_sum(self.comm, numpy.concatenate(host), name="allreduce_persistent")
         total /= len(layouts)
         offset = 0
         for (_, link, pname, value), n in zip(items, sizes):
-            mean = total[offset:offset + n]
+            mean = total[offset : offset + n]
             offset += n
             if isinstance(value, numpy.generic):  # NumPy scalar: immutable, replace it
                 setattr(link, pname, value.dtype.type(mean[0]))

@@ -4,11 +4,11 @@
 interface (``start``/``end`` around a save, ``report`` as one line of text),
 for code that uses it directly (ChainerMN's tests do).
 """
+
 import time
 
-from mnframe.extensions.checkpointer import CheckpointStats
+from mnframe.extensions.checkpointer import CheckpointStats, create_multi_node_checkpointer
 from mnframe.extensions.checkpointer import MultiNodeCheckpointer as _MultiNodeCheckpointer  # noqa: F401
-from mnframe.extensions.checkpointer import create_multi_node_checkpointer
 
 __all__ = ["create_multi_node_checkpointer"]
 

@@ -21,6 +21,7 @@ Reliability beyond the spec:
 - ``gc_interval`` really is the number of extra generations that triggers a
   collection (the spec's implementation hard-codes 5).
 """
+
 import os
 import re
 import sys
@@ -75,8 +76,14 @@ class CheckpointStats:
         d = self.durations
         if not d:
             return {"count": 0}
-        return {"count": len(d), "mean_s": sum(d) / len(d), "min_s": min(d), "max_s": max(d),
-                "total_s": sum(d), "last_s": d[-1]}
+        return {
+            "count": len(d),
+            "mean_s": sum(d) / len(d),
+            "min_s": min(d),
+            "max_s": max(d),
+            "total_s": sum(d),
+            "last_s": d[-1],
+        }
 
 
 class MultiNodeCheckpointer(extension.Extension):
@@ -111,8 +118,10 @@ class MultiNodeCheckpointer(extension.Extension):
     def __call__(self, trainer):
         self.save(trainer, trainer.updater.iteration)
         if preemption.preempted() and self.rank == 0:
-            sys.stderr.write(f"mnframe: preempted; checkpoint {self._filename(trainer.updater.iteration)} "
-                             f"written in {self.path} at iteration {trainer.updater.iteration}, stopping\n")
+            sys.stderr.write(
+                f"mnframe: preempted; checkpoint {self._filename(trainer.updater.iteration)} "
+                f"written in {self.path} at iteration {trainer.updater.iteration}, stopping\n"
+            )
 
     def save(self, target, iteration=None):
         """Write this rank's checkpoint of ``target`` (collective every few calls: GC).
@@ -137,7 +146,7 @@ class MultiNodeCheckpointer(extension.Extension):
     def _collect(self):
         """Keep the newest ``cp_interval`` generations all ranks share (plus newer local ones)."""
         common = self._common_iterations(self.files)
-        keep = set(common[-self.cp_interval:])
+        keep = set(common[-self.cp_interval :])
         newest_common = common[-1] if common else -1
         keep |= {i for i in self.files if i > newest_common}
         for i in self.files:
@@ -164,8 +173,9 @@ class MultiNodeCheckpointer(extension.Extension):
             fname = self._filename(it)
             problem = _archive_problem(os.path.join(directory, fname))
             if problem is not None:
-                warnings.warn(f"checkpoint {fname} in {directory} is damaged ({problem}); "
-                              f"it will not be loaded")
+                warnings.warn(
+                    f"checkpoint {fname} in {directory} is damaged ({problem}); it will not be loaded", stacklevel=2
+                )
                 self.corrupt.append(fname)
                 self.files.remove(it)
             if not collectives.all_agree(self.comm, problem is None, name="checkpointer.verify"):
@@ -199,8 +209,7 @@ class MultiNodeCheckpointer(extension.Extension):
 
     def _common_iterations(self, iterations):
         """Sorted iterations present on every rank (one allgather)."""
-        lists = collectives.allgather_obj(self.comm, sorted(set(iterations)),
-                                          name="checkpointer.sync_files")
+        lists = collectives.allgather_obj(self.comm, sorted(set(iterations)), name="checkpointer.sync_files")
         common = set(lists[0])
         for other in lists[1:]:
             common &= set(other)
@@ -248,8 +257,10 @@ class MultiNodeCheckpointer(extension.Extension):
         if self.path is None:
             out = getattr(target, "out", None)
             if out is None:
-                raise ValueError("the checkpointer needs a directory: pass path= to "
-                                 "create_multi_node_checkpointer when the target is not a trainer")
+                raise ValueError(
+                    "the checkpointer needs a directory: pass path= to "
+                    "create_multi_node_checkpointer when the target is not a trainer"
+                )
             self.path = out
         return self.path
 

@@ -7,6 +7,7 @@ value over all ranks (``ObservationAggregator``, same check interval) into
 ``<monitor><suffix>`` and lets a chainer ``EarlyStoppingTrigger`` watch that:
 all ranks see bit-identical values, so they stop at the same iteration.
 """
+
 from chainer.training.triggers import EarlyStoppingTrigger
 
 from mnframe.extensions.observation_aggregator import ObservationAggregator
@@ -29,19 +30,34 @@ class MultiNodeEarlyStoppingTrigger:
         suffix (str): suffix of the aggregated observation's key.
     """
 
-    def __init__(self, comm, check_trigger=(1, "epoch"), monitor="main/loss", patience=3,
-                 mode="auto", verbose=False, max_trigger=(100, "epoch"),
-                 suffix="_aggregated", **kwargs):
+    def __init__(
+        self,
+        comm,
+        check_trigger=(1, "epoch"),
+        monitor="main/loss",
+        patience=3,
+        mode="auto",
+        verbose=False,
+        max_trigger=(100, "epoch"),
+        suffix="_aggregated",
+        **kwargs,
+    ):
         if "patients" in kwargs:
             patience = kwargs.pop("patients")
         if kwargs:
             raise TypeError(f"unexpected arguments {sorted(kwargs)} for MultiNodeEarlyStoppingTrigger")
         self.monitor_aggregated = monitor + suffix
         self.actual_trigger = EarlyStoppingTrigger(
-            check_trigger=check_trigger, monitor=self.monitor_aggregated, patience=patience,
-            mode=mode, verbose=verbose, max_trigger=max_trigger)
+            check_trigger=check_trigger,
+            monitor=self.monitor_aggregated,
+            patience=patience,
+            mode=mode,
+            verbose=verbose,
+            max_trigger=max_trigger,
+        )
         self.aggregator = ObservationAggregator(
-            comm, monitor, aggregated_key=self.monitor_aggregated, comm_trigger=check_trigger)
+            comm, monitor, aggregated_key=self.monitor_aggregated, comm_trigger=check_trigger
+        )
 
     def __call__(self, trainer):
         self.aggregator(trainer)

@@ -14,14 +14,15 @@ subclass of the evaluator's own class (so ``isinstance`` holds for Evaluator
 and for custom subclasses, and a custom ``evaluate``/``__call__`` still runs),
 built on a shallow copy of its state; the original evaluator is left as it was.
 """
+
 import copy
 
 import numpy as np
-from mpi4py import MPI
 from chainer import backend, function
 from chainer.dataset import convert
 from chainer.training import extension
 from chainer.utils import argument
+from mpi4py import MPI
 
 from mnframe.runtime import oplog
 
@@ -112,8 +113,11 @@ def _multi_node_class(cls):
     """The (cached) subclass of ``cls`` whose ``evaluate`` merges over ranks."""
     sub = _SUBCLASSES.get(cls)
     if sub is None:
-        sub = type(f"MultiNode{cls.__name__}", (_MultiNodeEvaluatorMixin, cls),
-                   {"__module__": __name__, "__doc__": cls.__doc__})
+        sub = type(
+            f"MultiNode{cls.__name__}",
+            (_MultiNodeEvaluatorMixin, cls),
+            {"__module__": __name__, "__doc__": cls.__doc__},
+        )
         _SUBCLASSES[cls] = sub
     return sub
 
@@ -157,18 +161,19 @@ class GenericMultiNodeEvaluator(extension.Extension):
         root: the rank that aggregates.
         progress_hook: called at the root with every batch the root evaluated.
     """
+
     trigger = 1, "epoch"
     default_name = "validation"
     priority = extension.PRIORITY_WRITER
     name = None
     gather_interval = 8
 
-    def __init__(self, comm, iterator, target, device=None,
-                 converter=convert.concat_examples, root=0, **kwargs):
-        progress_hook, = argument.parse_kwargs(kwargs, ("progress_hook", None))
+    def __init__(self, comm, iterator, target, device=None, converter=convert.concat_examples, root=0, **kwargs):
+        (progress_hook,) = argument.parse_kwargs(kwargs, ("progress_hook", None))
         if comm is not None and not 0 <= root < comm.size:
-            raise ValueError(f"GenericMultiNodeEvaluator: root={root} is not a rank of a "
-                             f"communicator of size {comm.size}")
+            raise ValueError(
+                f"GenericMultiNodeEvaluator: root={root} is not a rank of a communicator of size {comm.size}"
+            )
         self.comm = comm
         self.iterator = iterator
         self._targets = {"main": target}

@@ -7,9 +7,9 @@ fires, the ranks exchange their histories with one allgather and every rank
 applies ``aggregator`` to the same list, so all ranks get the same value (no
 second broadcast needed) and store it under ``aggregated_key``.
 """
-import numpy
 
 import chainer
+import numpy
 from chainer import backend
 from chainer.training import extension
 from chainer.training import util as training_util
@@ -57,8 +57,7 @@ class ObservationAggregator(extension.Extension):
     priority = extension.PRIORITY_EDITOR
     name = None
 
-    def __init__(self, comm, original_key, aggregated_key=None, *,
-                 comm_trigger=(1, "iteration"), aggregator=None):
+    def __init__(self, comm, original_key, aggregated_key=None, *, comm_trigger=(1, "iteration"), aggregator=None):
         self.comm = comm
         self.original_key = original_key
         self.aggregated_key = original_key if aggregated_key is None else aggregated_key
@@ -72,8 +71,7 @@ class ObservationAggregator(extension.Extension):
             self.observation_history.append(_to_host(trainer.observation[self.original_key]))
         if not self.comm_trigger(trainer):
             return None
-        histories = collectives.allgather_obj(self.comm, self.observation_history,
-                                              name="observation_aggregator")
+        histories = collectives.allgather_obj(self.comm, self.observation_history, name="observation_aggregator")
         self.observation_history = []
         return self.aggregator(histories)
 

@@ -13,6 +13,7 @@ caller's object is not modified). Once the mnframe runtime is active, a
 SIGTERM/SIGUSR1 makes the masters write a snapshot at the end of that
 iteration and the trainer stop (status 0), as with mnframe's checkpoints.
 """
+
 import copy
 import io
 import os
@@ -47,16 +48,14 @@ def parse_replica_sets(replica_sets, size):
         members = {spec} if isinstance(spec, int) else set(spec)
         out_of_range = sorted(r for r in members if not 0 <= r < size)
         if out_of_range:
-            raise ValueError(f"replica set {sorted(members)} names ranks {out_of_range} "
-                             f"outside 0..{size - 1}")
+            raise ValueError(f"replica set {sorted(members)} names ranks {out_of_range} outside 0..{size - 1}")
         if not members:
             raise ValueError("a replica set must not be empty")
         sets.append(members)
     seen = set()
     for s in sets:
         if seen & s:
-            raise ValueError(f"replica sets overlap on ranks {sorted(seen & s)}: "
-                             f"each rank may belong to one set only")
+            raise ValueError(f"replica sets overlap on ranks {sorted(seen & s)}: each rank may belong to one set only")
         seen |= s
     rest = set(range(size)) - seen
     if rest:
@@ -109,13 +108,14 @@ class MultiNodeSnapshot(extension.Extension):
             for r in sorted(self.replica_set - {self.rank}):
                 collectives.send_obj(self.comm, (error, data), r, name="snapshot.share_loaded")
             if error is not None:
-                raise RuntimeError(f"multi_node_snapshot: rank {self.rank} could not autoload "
-                                   f"its snapshot: {error}")
+                raise RuntimeError(f"multi_node_snapshot: rank {self.rank} could not autoload its snapshot: {error}")
         else:
             error, data = collectives.recv_obj(self.comm, self.master, name="snapshot.share_loaded")
             if error is not None:
-                raise RuntimeError(f"multi_node_snapshot: master rank {self.master} of this "
-                                   f"replica set could not autoload its snapshot: {error}")
+                raise RuntimeError(
+                    f"multi_node_snapshot: master rank {self.master} of this "
+                    f"replica set could not autoload its snapshot: {error}"
+                )
             if data is not None:
                 load_npz(io.BytesIO(data), target)
 
@@ -123,8 +123,10 @@ class MultiNodeSnapshot(extension.Extension):
         if self.is_master:
             self.snapshot(trainer)
             if preemption.preempted():
-                sys.stderr.write(f"mnframe: preempted; rank {self.rank} wrote its snapshot at iteration "
-                                 f"{trainer.updater.iteration}, stopping\n")
+                sys.stderr.write(
+                    f"mnframe: preempted; rank {self.rank} wrote its snapshot at iteration "
+                    f"{trainer.updater.iteration}, stopping\n"
+                )
 
     def on_error(self, trainer, exc, tb):
         if self.is_master:
@@ -141,8 +143,10 @@ class MultiNodeSnapshot(extension.Extension):
 def _with_suffix(filename, rank):
     """The snapshot file name (format string or callable) with ``.<rank>`` appended."""
     if callable(filename):
+
         def named(trainer):
             return f"{filename(trainer)}.{rank}"
+
         return named
     return f"{filename}.{rank}"
 

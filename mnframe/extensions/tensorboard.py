@@ -6,6 +6,7 @@ entry's iteration, so TensorBoard shows exactly the values of the JSON log.
 The runner adds it on rank 0 only. It needs tensorboardX
 (``pip install 'mnframe[tensorboard]'``), imported when training starts.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -48,7 +49,7 @@ class TensorBoardReport(extension.Extension):
         log = trainer.get_extension(self._log_report).log
         if self._writer is None:
             self.initialize(trainer)
-        new = log[self._written:]
+        new = log[self._written :]
         for entry in new:
             step = entry.get("iteration", trainer.updater.iteration)
             for key, value in entry.items():

@@ -1,13 +1,17 @@
 """Differentiable communication functions for model parallelism."""
+
 from mnframe._lazy import lazy_exports
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "allgather": "mnframe.functions.collective:allgather",
-    "alltoall": "mnframe.functions.collective:alltoall",
-    "bcast": "mnframe.functions.collective:bcast",
-    "gather": "mnframe.functions.collective:gather",
-    "scatter": "mnframe.functions.collective:scatter",
-    "send": "mnframe.functions.point_to_point:send",
-    "recv": "mnframe.functions.point_to_point:recv",
-    "pseudo_connect": "mnframe.functions.connect:pseudo_connect",
-})
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "allgather": "mnframe.functions.collective:allgather",
+        "alltoall": "mnframe.functions.collective:alltoall",
+        "bcast": "mnframe.functions.collective:bcast",
+        "gather": "mnframe.functions.collective:gather",
+        "scatter": "mnframe.functions.collective:scatter",
+        "send": "mnframe.functions.point_to_point:send",
+        "recv": "mnframe.functions.point_to_point:recv",
+        "pseudo_connect": "mnframe.functions.connect:pseudo_connect",
+    },
+)

@@ -12,6 +12,7 @@ All traffic goes through the communicator (``comm.send``, ``comm.recv``,
 ``comm.bcast``, ``comm.gather``, ``comm.scatter``, ``comm.allgather``,
 ``comm.alltoall``), which records each call in the op log.
 """
+
 import typing
 
 import numpy
@@ -19,6 +20,7 @@ import numpy
 
 class ArrayMeta(typing.NamedTuple):
     """Shape and dtype of an array (what a gradient must look like)."""
+
     shape: tuple
     dtype: str
 
@@ -34,7 +36,8 @@ def conform(array, meta, what):
         raise RuntimeError(
             f"{what}: expected an array of shape {tuple(meta.shape)} but received shape {got}. "
             "The two sides' communications are paired in a different order (or with "
-            "different tags); make both ranks issue matching send/recv calls in the same order.")
+            "different tags); make both ranks issue matching send/recv calls in the same order."
+        )
     return array.astype(numpy.dtype(meta.dtype), copy=False)
 
 
@@ -53,10 +56,10 @@ def check_peer(comm, rank, what):
     if rank == comm.rank:
         raise ValueError(
             f"{what}: rank={rank} is this process's own rank; sending to or receiving from "
-            "oneself would deadlock. Pass the rank of another process.")
+            "oneself would deadlock. Pass the rank of another process."
+        )
     if not 0 <= rank < comm.size:
-        raise ValueError(
-            f"{what}: rank={rank} is outside the communicator (ranks 0..{comm.size - 1}).")
+        raise ValueError(f"{what}: rank={rank} is outside the communicator (ranks 0..{comm.size - 1}).")
 
 
 def check_root(comm, root, what):
@@ -66,6 +69,7 @@ def check_root(comm, root, what):
 
 
 # -- point to point ---------------------------------------------------------
+
 
 def send(comm, arrays, dest, tag):
     """Send a tuple of arrays (the communicator sends their shapes first)."""
@@ -82,12 +86,15 @@ def recv_known(comm, metas, source, tag, what):
     """Backward pass: receive gradients that must match ``metas``."""
     ys = recv(comm, source, tag)
     if len(ys) != len(metas):
-        raise RuntimeError(f"{what}: expected {len(metas)} gradient arrays, received {len(ys)}; "
-                           "send/recv calls are paired in a different order on the two ranks.")
+        raise RuntimeError(
+            f"{what}: expected {len(metas)} gradient arrays, received {len(ys)}; "
+            "send/recv calls are paired in a different order on the two ranks."
+        )
     return tuple(conform(y, m, what) for y, m in zip(ys, metas))
 
 
 # -- collectives --------------------------------------------------------------
+
 
 def bcast(comm, array, root):
     """Root's array on every rank (``array`` is ignored elsewhere)."""

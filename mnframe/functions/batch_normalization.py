@@ -6,6 +6,7 @@ normalization backend name as ChainerMN does (``'nccl'`` needs a
 returns mnframe's statistics exchange for that backend (links/batch_normalization.py),
 not a Chainer ``GeneralBatchNormalizationImpl``: mnframe's MNBN has its own function node.
 """
+
 from mnframe.links import batch_normalization as _mnbn
 
 _NAMES = ("mpi", "nccl", "auto")
@@ -14,9 +15,11 @@ _NAMES = ("mpi", "nccl", "auto")
 def get_communication_backend(comm, communication_backend="auto"):
     """``'mpi'`` or ``'nccl'``: the backend multi-node BN uses with ``comm``."""
     if communication_backend not in _NAMES:
-        raise ValueError(f"MultiNodeBatchNormalization does not support {communication_backend}; "
-                         f"use one of {', '.join(_NAMES)}")
+        raise ValueError(
+            f"MultiNodeBatchNormalization does not support {communication_backend}; use one of {', '.join(_NAMES)}"
+        )
     from mnframe.communicators.pure_nccl import PureNcclCommunicator
+
     is_nccl = isinstance(comm, PureNcclCommunicator)
     if communication_backend == "nccl" and not is_nccl:
         raise ValueError(f"nccl is not supported in MultiNodeBatchNormalization when using {type(comm)}")

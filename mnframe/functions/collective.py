@@ -16,6 +16,7 @@ variable: run backward from it (or pseudo_connect it to your outputs).
 Arrays may differ in shape per rank; any dtype the communicator carries works
 (the collectives need one dtype across ranks, as MPI does).
 """
+
 import chainer
 import numpy
 from chainer import backend
@@ -72,33 +73,33 @@ class Bcast(_Collective):
         self._xp = backend.get_array_module(*inputs)
         y = _transport.bcast(self.comm, inputs[0], self.root)
         self._meta = _transport.ArrayMeta.of(y)
-        return y,
+        return (y,)
 
     def backward(self, target_input_indexes, grad_outputs):
-        gy, = _grads_or_zeros(grad_outputs, [self._meta], self._xp)
+        (gy,) = _grads_or_zeros(grad_outputs, [self._meta], self._xp)
         gys = _transport.gather(self.comm, gy, self.root)
         if not self._is_root():
-            return None,
-        return chainer.Variable(_sum(gys, self._meta, self._xp, self.what())),
+            return (None,)
+        return (chainer.Variable(_sum(gys, self._meta, self._xp, self.what())),)
 
 
 class Gather(_Collective):
     name = "gather"
 
     def forward(self, inputs):
-        x, = inputs
+        (x,) = inputs
         self._xp = backend.get_array_module(x)
         self._meta = _transport.ArrayMeta.of(x)
         ys = _transport.gather(self.comm, x, self.root)
         if not self._is_root():
-            return _delegate_array(self._xp),
+            return (_delegate_array(self._xp),)
         self._out_metas = _metas(ys)
         return ys
 
     def backward(self, target_input_indexes, grad_outputs):
         gys = _grads_or_zeros(grad_outputs, self._out_metas, self._xp) if self._is_root() else None
         gx = _transport.scatter(self.comm, gys, self.root)
-        return self._var(gx, self._meta),
+        return (self._var(gx, self._meta),)
 
 
 class Scatter(_Collective):
@@ -110,13 +111,13 @@ class Scatter(_Collective):
             self._in_metas = _metas(inputs)
         y = _transport.scatter(self.comm, inputs, self.root)
         self._meta = _transport.ArrayMeta.of(y)
-        return y,
+        return (y,)
 
     def backward(self, target_input_indexes, grad_outputs):
-        gy, = _grads_or_zeros(grad_outputs, [self._meta], self._xp)
+        (gy,) = _grads_or_zeros(grad_outputs, [self._meta], self._xp)
         gxs = _transport.gather(self.comm, gy, self.root)
         if not self._is_root():
-            return None,
+            return (None,)
         return tuple(self._var(g, m) for g, m in zip(gxs, self._in_metas))
 
 
@@ -124,7 +125,7 @@ class AllGather(_Collective):
     name = "allgather"
 
     def forward(self, inputs):
-        x, = inputs
+        (x,) = inputs
         self._xp = backend.get_array_module(x)
         self._meta = _transport.ArrayMeta.of(x)
         ys = _transport.allgather(self.comm, x)
@@ -136,7 +137,7 @@ class AllGather(_Collective):
         # rank j's gradient for output (this rank): an alltoall, then a sum.
         gys = _grads_or_zeros(grad_outputs, self._out_metas, self._xp)
         parts = _transport.alltoall(self.comm, gys)
-        return chainer.Variable(_sum(parts, self._meta, self._xp, self.what())),
+        return (chainer.Variable(_sum(parts, self._meta, self._xp, self.what())),)
 
 
 class AllToAll(_Collective):
@@ -163,7 +164,7 @@ def bcast(comm, x, root=0):
     """
     _transport.check_root(comm, root, "mnframe.functions.bcast")
     inputs = (x,) if comm.rank == root else (_anchor(numpy),)
-    y, = Bcast(comm, root).apply(inputs)
+    (y,) = Bcast(comm, root).apply(inputs)
     return y
 
 
@@ -189,11 +190,11 @@ def scatter(comm, xs, root=0):
     _transport.check_root(comm, root, "mnframe.functions.scatter")
     if comm.rank == root:
         inputs = tuple(xs) if isinstance(xs, (list, tuple)) else (xs,)
-        if not inputs:   # let the communicator report it on every rank
+        if not inputs:  # let the communicator report it on every rank
             _transport.scatter(comm, (), root)
     else:
         inputs = (_anchor(numpy),)
-    y, = Scatter(comm, root).apply(inputs)
+    (y,) = Scatter(comm, root).apply(inputs)
     return y
 
 
@@ -213,6 +214,6 @@ def alltoall(comm, xs):
     variables raises on every rank (the communicator shares the verdict).
     """
     xs = tuple(xs)
-    if not xs:   # let the communicator report it on every rank
+    if not xs:  # let the communicator report it on every rank
         _transport.alltoall(comm, ())
     return tuple(AllToAll(comm).apply(xs))

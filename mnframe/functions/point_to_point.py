@@ -9,6 +9,7 @@ the sender. Both sides must therefore run backward through matching pairs in
 the reverse of the forward order (MultiNodeChainList chains its pairs so this
 always holds).
 """
+
 import chainer
 import numpy
 from chainer import backend
@@ -51,13 +52,12 @@ class Send(chainer.FunctionNode):
         self._xp = backend.get_array_module(*inputs)
         self._metas = [_transport.ArrayMeta.of(x) for x in xs]
         _transport.send(self.comm, xs, self.peer, self.tag)
-        return _delegate_array(self._xp),
+        return (_delegate_array(self._xp),)
 
     def backward(self, target_input_indexes, grad_outputs):
         xp = self._xp
         what = f"backward of send(rank={self.peer}, tag={self.tag}) on rank {self.comm.rank}"
-        gxs = _transport.on_device(
-            _transport.recv_known(self.comm, self._metas, self.peer, self.tag, what), xp)
+        gxs = _transport.on_device(_transport.recv_known(self.comm, self._metas, self.peer, self.tag, what), xp)
         grads = [chainer.Variable(g) for g in gxs] + [chainer.Variable(_delegate_array(xp))]
         return tuple(grads)
 
@@ -76,7 +76,7 @@ class Recv(chainer.FunctionNode):
         return f"Recv(from={self.peer}, tag={self.tag})"
 
     def forward(self, inputs):
-        delegate, = inputs
+        (delegate,) = inputs
         self._delegate_meta = _transport.ArrayMeta.of(delegate)
         self._delegate_xp = backend.get_array_module(delegate)
         what = f"recv(rank={self.peer}, tag={self.tag}) on rank {self.comm.rank}"
@@ -91,11 +91,10 @@ class Recv(chainer.FunctionNode):
         xp = backend.get_array_module(*live) if live else numpy
         # An output the loss does not depend on gets a zero gradient: the sender
         # waits for one message per variable it sent.
-        gys = [_transport.zeros(m, xp) if g is None else g.array
-               for g, m in zip(grad_outputs, self._metas)]
+        gys = [_transport.zeros(m, xp) if g is None else g.array for g, m in zip(grad_outputs, self._metas)]
         _transport.send(self.comm, gys, self.peer, self.tag)
         # the delegate's gradient lives where the delegate does (an anchor is on the host)
-        return chainer.Variable(_transport.zeros(self._delegate_meta, self._delegate_xp)),
+        return (chainer.Variable(_transport.zeros(self._delegate_meta, self._delegate_xp)),)
 
 
 def send(x, communicator, rank, tag=0):
@@ -109,7 +108,7 @@ def send(x, communicator, rank, tag=0):
     if not xs:
         raise ValueError("mnframe.functions.send: nothing to send (x is an empty sequence)")
     anchor = _anchor(_xp_of(xs))
-    delegate, = Send(communicator, rank, tag).apply(xs + (anchor,))
+    (delegate,) = Send(communicator, rank, tag).apply(xs + (anchor,))
     delegate.name = "delegate_variable"
     return delegate
 

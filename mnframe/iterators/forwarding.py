@@ -5,11 +5,11 @@ writes go to ``actual_iterator``; the properties and methods that
 ``chainer.dataset.Iterator`` itself defines must be forwarded explicitly,
 since ``__getattr__`` never sees them.
 """
+
 from chainer.dataset import iterator as iterator_module
 
 
 class ForwardingIterator(iterator_module.Iterator):
-
     def __getattr__(self, name):
         return getattr(self.__dict__["actual_iterator"], name)
 

@@ -19,6 +19,7 @@ epoch, reset, load). So a follower's state, too, loads into a plain
 shuffle: without it they raise ``KeyError: '_order'``). A loaded ``order`` does
 not change what a follower yields: it always returns the master's batches.
 """
+
 import chainer
 from chainer.dataset import iterator as iterator_module
 
@@ -54,9 +55,11 @@ class _MasterIterator(ForwardingIterator):
         d["communicator"] = communicator
         d["rank_master"] = rank_master
         d["_sent_order"] = _UNSENT  # the order array the followers mirror
-        info = {"dataset_size": len(actual_iterator.dataset) if hasattr(actual_iterator, "dataset") else None,
-                "batch_size": getattr(actual_iterator, "batch_size", None),
-                "state": self._state_to_send()}
+        info = {
+            "dataset_size": len(actual_iterator.dataset) if hasattr(actual_iterator, "dataset") else None,
+            "batch_size": getattr(actual_iterator, "batch_size", None),
+            "state": self._state_to_send(),
+        }
         with oplog.op("multi_node_iterator.init", peer=rank_master):
             communicator.mpi_comm.bcast(info, root=rank_master)
 
@@ -127,8 +130,7 @@ class _FollowerIterator(iterator_module.Iterator):
         with oplog.op("multi_node_iterator.batch", peer=self.rank_master):
             kind, payload, state = self.communicator.mpi_comm.bcast(None, root=self.rank_master)
         if kind == _ERROR:
-            raise RuntimeError(f"multi-node iterator: the master rank {self.rank_master}'s iterator "
-                               f"failed: {payload}")
+            raise RuntimeError(f"multi-node iterator: the master rank {self.rank_master}'s iterator failed: {payload}")
         self._set_state(state)
         if kind == _STOP:
             raise StopIteration
@@ -146,8 +148,15 @@ class _FollowerIterator(iterator_module.Iterator):
 
     def reset(self):
         """The master resets the data; here only the mirrored state restarts."""
-        self._set_state({"epoch": 0, "is_new_epoch": False, "epoch_detail": 0.0,
-                         "previous_epoch_detail": None, "current_position": 0})
+        self._set_state(
+            {
+                "epoch": 0,
+                "is_new_epoch": False,
+                "epoch_detail": 0.0,
+                "previous_epoch_detail": None,
+                "current_position": 0,
+            }
+        )
 
     def serialize(self, serializer):
         # the same keys as chainer's SerialIterator, so either rank's file can be loaded here
@@ -177,8 +186,10 @@ def create_multi_node_iterator(actual_iterator, communicator, rank_master=0):
     times.
     """
     if not 0 <= rank_master < communicator.size:
-        raise ValueError(f"create_multi_node_iterator: rank_master={rank_master} is not a rank of a "
-                         f"communicator of size {communicator.size}")
+        raise ValueError(
+            f"create_multi_node_iterator: rank_master={rank_master} is not a rank of a "
+            f"communicator of size {communicator.size}"
+        )
     chainer.utils.experimental("mnframe.iterators.create_multi_node_iterator")
     if communicator.rank == rank_master:
         start_method.prepare(actual_iterator)

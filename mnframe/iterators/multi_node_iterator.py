@@ -5,6 +5,7 @@ kept for code that imports them (ChainerMN's tests do). mnframe's multi-node
 iterator does not use them: it broadcasts one pickled ``(kind, batch, state)``
 message per batch (see multi_node.py).
 """
+
 import numpy as np
 
 from mnframe.iterators.multi_node import create_multi_node_iterator
@@ -16,12 +17,14 @@ _CTRL_FIELDS = ("stop", "is_valid_data_type", "is_paired_dataset", "is_new_epoch
 
 def _build_ctrl_msg(stop, is_valid_data_type, is_paired_dataset, is_new_epoch, current_position):
     """The five control fields as one int64 array (the flags as 0/1)."""
-    return np.array([int(stop), int(is_valid_data_type), int(is_paired_dataset), int(is_new_epoch),
-                     int(current_position)], dtype=np.int64)
+    return np.array(
+        [int(stop), int(is_valid_data_type), int(is_paired_dataset), int(is_new_epoch), int(current_position)],
+        dtype=np.int64,
+    )
 
 
 def _parse_ctrl_msg(msg):
     """The inverse of ``_build_ctrl_msg``: ``(stop, is_valid_data_type, is_paired_dataset, is_new_epoch,
     current_position)``."""
-    values = [int(v) for v in np.asarray(msg).reshape(-1)[:len(_CTRL_FIELDS)]]
+    values = [int(v) for v in np.asarray(msg).reshape(-1)[: len(_CTRL_FIELDS)]]
     return tuple(bool(v) for v in values[:4]) + (values[4],)

@@ -7,6 +7,7 @@ applies the advice when a MultiprocessIterator is wrapped and the program has
 not chosen a start method itself; an explicit ``fork`` choice is respected with
 a warning. Under forkserver the dataset must be picklable.
 """
+
 import multiprocessing
 import warnings
 
@@ -29,7 +30,9 @@ def use_safe_start_method(preferred="forkserver"):
             f"multiprocessing start method is {current!r}: MultiprocessIterator workers forked from an "
             "MPI process can crash or hang (InfiniBand in particular). Call "
             "multiprocessing.set_start_method('forkserver') at the start of your script.",
-            RuntimeWarning, stacklevel=3)
+            RuntimeWarning,
+            stacklevel=3,
+        )
     return current
 
 

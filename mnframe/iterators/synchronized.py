@@ -5,6 +5,7 @@ Rank 0 draws a seed and broadcasts it; each rank's iterator gets a
 positions of their (equal-length) datasets in the same order without sending
 any batch. The wrapper forwards everything else to the real iterator.
 """
+
 import chainer
 import numpy as np
 
@@ -20,7 +21,8 @@ class _SynchronizedIterator(ForwardingIterator):
         if not hasattr(actual_iterator, "order_sampler"):
             raise ValueError(
                 f"create_synchronized_iterator: {type(actual_iterator).__name__} has no order_sampler; "
-                "use chainer.iterators.SerialIterator or MultiprocessIterator")
+                "use chainer.iterators.SerialIterator or MultiprocessIterator"
+            )
         self.__dict__["actual_iterator"] = actual_iterator
         self.__dict__["communicator"] = communicator
         start_method.prepare(actual_iterator)

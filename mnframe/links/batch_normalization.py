@@ -20,15 +20,13 @@ a GPU (NCCL refuses that), else MPI; rank 0 logs the choice once per process.
 An NCCL group the link creates is destroyed by ``finalize()`` (or by the
 communicator's ``finalize()``), not left to garbage collection.
 """
+
 import copy
 import logging
 
-import numpy
-
 import chainer
-from chainer import backend
-from chainer import configuration
-from chainer import function_node
+import numpy
+from chainer import backend, configuration, function_node
 from chainer.links import BatchNormalization
 from chainer.utils import argument
 
@@ -42,6 +40,7 @@ _LOGGED = set()  # (backend, reason) already logged by this process
 
 
 # --------------------------------------------------------------------------- exchanges
+
 
 class _MpiExchange:
     """Per-channel statistics through host MPI (works for NumPy and CuPy inputs)."""
@@ -87,6 +86,7 @@ class _NcclExchange:
     def unavailable_reason():
         """None when CuPy, CUDA and NCCL are usable here (mnframe's one CUDA probe), else why not."""
         from mnframe import cuda_env
+
         info = cuda_env.probe()
         return info.problem or info.nccl_problem
 
@@ -97,6 +97,7 @@ class _NcclExchange:
                 self._nccl_comm = own
             else:  # checks on every rank together that NCCL loads and no two ranks share a GPU
                 from mnframe.communicators.nccl_ops import NcclGroup
+
                 self._group = NcclGroup(collectives.mpi_comm_of(self.comm), "mnbn")
                 self._nccl_comm = self._group.comm
                 register = getattr(self.comm, "close_on_finalize", None)
@@ -107,6 +108,7 @@ class _NcclExchange:
     def allgather(self, xp, array):
         import cupy
         from cupy.cuda import nccl
+
         comm = self._get_comm()
         send = cupy.ascontiguousarray(cupy.asarray(array, dtype=numpy.float64))
         out = cupy.empty((comm.size(),) + send.shape, dtype=numpy.float64)
@@ -118,13 +120,13 @@ class _NcclExchange:
     def allreduce_sum(self, xp, array):
         import cupy
         from cupy.cuda import nccl
+
         comm = self._get_comm()
         send = cupy.ascontiguousarray(cupy.asarray(array, dtype=numpy.float64))
         out = cupy.empty_like(send)
         stream = cupy.cuda.get_current_stream()
         with oplog.op("mnbn.nccl_allreduce_grad_stats", array=send):
-            comm.allReduce(send.data.ptr, out.data.ptr, send.size, nccl.NCCL_FLOAT64,
-                           nccl.NCCL_SUM, stream.ptr)
+            comm.allReduce(send.data.ptr, out.data.ptr, send.size, nccl.NCCL_FLOAT64, nccl.NCCL_SUM, stream.ptr)
         return out if xp is not numpy else cupy.asnumpy(out)
 
 
@@ -139,8 +141,12 @@ def _choose_mpi(comm, x):
 def _choose_nccl(comm, x):
     reason = _NcclExchange.unavailable_reason()
     collectives.share_verdict(  # the same error on every rank, none left in a collective
-        comm, None if reason is None else f"communication_backend='nccl' cannot be used: {reason}; "
-                                          f"install CuPy with NCCL or use 'mpi' or 'auto'", "mnbn.choose_backend")
+        comm,
+        None
+        if reason is None
+        else f"communication_backend='nccl' cannot be used: {reason}; install CuPy with NCCL or use 'mpi' or 'auto'",
+        "mnbn.choose_backend",
+    )
     return _NcclExchange(comm)
 
 
@@ -149,6 +155,7 @@ def _gpu_of(x):
     import cupy
 
     from mnframe.communicators.nccl_ops import _gpu_identity
+
     with cupy.cuda.Device(x.device.id):
         return _gpu_identity(cupy)
 
@@ -190,6 +197,7 @@ _BACKENDS = {"auto": _choose_auto, "mpi": _choose_mpi, "nccl": _choose_nccl}
 
 
 # --------------------------------------------------------------------------- functions
+
 
 def _reduce_axes(x_ndim, gamma_ndim, axis):
     if axis is None:
@@ -235,18 +243,22 @@ class _MultiNodeBNFunction(function_node.FunctionNode):
         else:
             local_mean = xp.zeros(gamma.shape, dtype=cdtype)
             local_m2 = xp.zeros(gamma.shape, dtype=cdtype)
-        packed = xp.concatenate([
-            xp.full((1,), n_local, dtype=numpy.float64),
-            local_mean.astype(numpy.float64).ravel(),
-            local_m2.astype(numpy.float64).ravel()])
+        packed = xp.concatenate(
+            [
+                xp.full((1,), n_local, dtype=numpy.float64),
+                local_mean.astype(numpy.float64).ravel(),
+                local_m2.astype(numpy.float64).ravel(),
+            ]
+        )
         table = self.exchange.allgather(xp, packed)  # (size, 1 + 2c), same on every rank
         counts = table[:, 0]
-        means = table[:, 1:1 + c]
-        m2s = table[:, 1 + c:]
+        means = table[:, 1 : 1 + c]
+        m2s = table[:, 1 + c :]
         total = float(counts.sum())
         if total == 0:
-            raise ValueError("MultiNodeBatchNormalization got an empty batch on every rank; "
-                             "feed at least one example somewhere")
+            raise ValueError(
+                "MultiNodeBatchNormalization got an empty batch on every rank; feed at least one example somewhere"
+            )
         # Chan et al.: merge the per-rank moments in rank order (deterministic on all ranks).
         mean = (counts[:, None] * means).sum(axis=0) / total
         m2 = m2s.sum(axis=0) + (counts[:, None] * xp.square(means - mean)).sum(axis=0)
@@ -267,11 +279,11 @@ class _MultiNodeBNFunction(function_node.FunctionNode):
             rm += ((1 - self.decay) * mean.reshape(rm.shape)).astype(rm.dtype)
             rv *= self.decay
             rv += ((1 - self.decay) * adjust * var.reshape(rv.shape)).astype(rv.dtype)
-        return y.astype(x.dtype, copy=False),
+        return (y.astype(x.dtype, copy=False),)
 
     def backward(self, indexes, grad_outputs):
         x, gamma = self.get_retained_inputs()
-        gy, = grad_outputs
+        (gy,) = grad_outputs
         return _MultiNodeBNGrad(self).apply((x, gamma, gy))
 
 
@@ -293,8 +305,7 @@ class _MultiNodeBNGrad(function_node.FunctionNode):
         gbeta = gyc.sum(axis=axes)
         ggamma = (gyc * x_hat).sum(axis=axes)
 
-        packed = xp.concatenate([gbeta.astype(numpy.float64).ravel(),
-                                 ggamma.astype(numpy.float64).ravel()])
+        packed = xp.concatenate([gbeta.astype(numpy.float64).ravel(), ggamma.astype(numpy.float64).ravel()])
         summed = fwd.exchange.allreduce_sum(xp, packed)
         c = gamma.size
         gbeta_all = summed[:c].astype(cdtype).reshape(gamma.shape)
@@ -305,11 +316,11 @@ class _MultiNodeBNGrad(function_node.FunctionNode):
         return gx.astype(x.dtype, copy=False), ggamma.astype(gamma.dtype), gbeta.astype(gamma.dtype)
 
     def backward(self, indexes, grad_outputs):
-        raise NotImplementedError("double backpropagation through MultiNodeBatchNormalization "
-                                  "is not supported")
+        raise NotImplementedError("double backpropagation through MultiNodeBatchNormalization is not supported")
 
 
 # --------------------------------------------------------------------------- link
+
 
 class MultiNodeBatchNormalization(BatchNormalization):
     """Batch normalization whose batch statistics cover every rank's batch.
@@ -330,15 +341,34 @@ class MultiNodeBatchNormalization(BatchNormalization):
         axis: (keyword, extension) batch axes as in chainer's link.
     """
 
-    def __init__(self, size, comm, decay=0.9, eps=2e-05, dtype=numpy.float32,
-                 use_gamma=True, use_beta=True, initial_gamma=None, initial_beta=None,
-                 communication_backend="auto", *, axis=None):
+    def __init__(
+        self,
+        size,
+        comm,
+        decay=0.9,
+        eps=2e-05,
+        dtype=numpy.float32,
+        use_gamma=True,
+        use_beta=True,
+        initial_gamma=None,
+        initial_beta=None,
+        communication_backend="auto",
+        *,
+        axis=None,
+    ):
         if communication_backend not in _BACKENDS:
-            raise ValueError(f"communication_backend must be one of {tuple(_BACKENDS)}, "
-                             f"got {communication_backend!r}")
-        super().__init__(size, decay=decay, eps=eps, dtype=dtype, use_gamma=use_gamma,
-                         use_beta=use_beta, initial_gamma=initial_gamma,
-                         initial_beta=initial_beta, axis=axis)
+            raise ValueError(f"communication_backend must be one of {tuple(_BACKENDS)}, got {communication_backend!r}")
+        super().__init__(
+            size,
+            decay=decay,
+            eps=eps,
+            dtype=dtype,
+            use_gamma=use_gamma,
+            use_beta=use_beta,
+            initial_gamma=initial_gamma,
+            initial_beta=initial_beta,
+            axis=axis,
+        )
         self.comm = comm
         self.communication_backend = communication_backend
         self._exchange = None
@@ -364,9 +394,9 @@ class MultiNodeBatchNormalization(BatchNormalization):
 
     def forward(self, x, **kwargs):
         """forward(self, x, finetune=False): as chainer's BatchNormalization."""
-        finetune, = argument.parse_kwargs(
-            kwargs, ("finetune", False),
-            test="test argument is not supported anymore. Use chainer.using_config")
+        (finetune,) = argument.parse_kwargs(
+            kwargs, ("finetune", False), test="test argument is not supported anymore. Use chainer.using_config"
+        )
         if not configuration.config.train:
             return super().forward(x)  # running statistics only: no communication
 
@@ -388,7 +418,8 @@ class MultiNodeBatchNormalization(BatchNormalization):
             if finetune:
                 self.N -= 1
             avg_mean = avg_var = None
-        func = _MultiNodeBNFunction(self._exchange, self.eps, self.axis,
-                                    running_mean=avg_mean, running_var=avg_var, decay=decay)
-        y, = func.apply((x, gamma, beta))
+        func = _MultiNodeBNFunction(
+            self._exchange, self.eps, self.axis, running_mean=avg_mean, running_var=avg_var, decay=decay
+        )
+        (y,) = func.apply((x, gamma, beta))
         return y

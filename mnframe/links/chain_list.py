@@ -21,19 +21,21 @@ a receive from this rank with no earlier send to it, a second output
 component) and is readable with :meth:`MultiNodeChainList.wiring` for static
 rank-graph checks.
 """
+
 import collections
 import numbers
 import typing
 
 import chainer
 
-from mnframe.functions.point_to_point import recv, send
 from mnframe.functions.connect import pseudo_connect
+from mnframe.functions.point_to_point import recv, send
 
 
 class ComponentWiring(typing.NamedTuple):
     """One component's wiring: ``name`` is ``"<index>:<LinkClass>"``; ``rank_in``
     and ``rank_out`` are tuples of ranks, or None for model inputs/outputs."""
+
     name: str
     rank_in: typing.Optional[tuple]
     rank_out: typing.Optional[tuple]
@@ -51,8 +53,7 @@ def _connect_inputs(delegate, inputs):
     """The model inputs, with the array ones pseudo-connected to ``delegate`` so
     backward from this component continues to the previous communication.
     Returns (inputs, delegate still to connect or None)."""
-    arrays = [i for i, v in enumerate(inputs)
-              if isinstance(v, (chainer.Variable,) + chainer.get_array_types())]
+    arrays = [i for i, v in enumerate(inputs) if isinstance(v, (chainer.Variable,) + chainer.get_array_types())]
     if not arrays:
         return inputs, delegate
     connected = pseudo_connect(delegate, *[inputs[i] for i in arrays])
@@ -65,8 +66,9 @@ def _connect_inputs(delegate, inputs):
 def _take_handoff(handoffs, delegate, name):
     """The oldest hand-off to this rank, chained after ``delegate`` (the previous communication)."""
     if not handoffs:
-        raise ValueError(f"MultiNodeChainList component {name}: receives from its own rank but no "
-                         "earlier component sent to it")
+        raise ValueError(
+            f"MultiNodeChainList component {name}: receives from its own rank but no earlier component sent to it"
+        )
     x = handoffs.popleft()
     xs = _as_variables(x)
     if delegate is None or delegate is xs[0]:
@@ -123,14 +125,16 @@ class MultiNodeChainList(chainer.ChainList):
                 f"MultiNodeChainList component {name}: rank_in={rank_in!r} receives from this process's "
                 f"own rank {own} {taken} time(s), but earlier components sent to it only {self._handoffs} "
                 "time(s). A hand-off to the own rank is a queue inside the process: add the component "
-                "that sends to it (rank_out) before the one that receives it.")
+                "that sends to it (rank_out) before the one that receives it."
+            )
         if outs is None:
             earlier = [w.name for w in self._wiring if w.rank_out is None]
             if earlier:
                 raise ValueError(
                     f"MultiNodeChainList component {name}: rank_out=None (model outputs) but "
                     f"component {earlier[0]} already returns the model outputs; only one "
-                    "component may. Send the other one's outputs to a rank instead.")
+                    "component may. Send the other one's outputs to a rank instead."
+                )
         super().add_link(link)
         self._wiring.append(ComponentWiring(name, ins, outs))
         self._handoffs += (outs.count(own) if outs else 0) - taken
@@ -146,7 +150,8 @@ class MultiNodeChainList(chainer.ChainList):
         if not seq or not all(_is_rank(r) for r in seq):
             raise ValueError(
                 f"MultiNodeChainList component {name}: {arg}={ranks!r} must be an int, a "
-                "non-empty list of ints, or None.")
+                "non-empty list of ints, or None."
+            )
         seq = [int(r) for r in seq]
         comm = self._comm
         outside = [r for r in seq if not 0 <= r < comm.size]
@@ -154,7 +159,8 @@ class MultiNodeChainList(chainer.ChainList):
             raise ValueError(
                 f"MultiNodeChainList component {name}: {arg}={ranks!r} names rank(s) {outside} "
                 f"outside the communicator (ranks 0..{comm.size - 1}, size {comm.size}). "
-                "Launch more processes or fix the rank.")
+                "Launch more processes or fix the rank."
+            )
         return tuple(seq)
 
     def wiring(self):
@@ -166,14 +172,15 @@ class MultiNodeChainList(chainer.ChainList):
 
     def __call__(self, *inputs):
         comm = self._comm
-        delegate = None   # the graph node the next communication must chain to
-        output = None     # the model outputs (rank_out=None component)
+        delegate = None  # the graph node the next communication must chain to
+        output = None  # the model outputs (rank_out=None component)
         handoffs = collections.deque()  # what components sent to this rank, first in first out
         if self._handoffs:  # checked before any communication (ChainerMN raises after the forward)
             raise ValueError(
                 f"MultiNodeChainList: {self._handoffs} hand-off(s) to this process's own rank {comm.rank} "
                 "are sent but never received; add a component with rank_in naming this rank for each, "
-                f"or remove the rank from rank_out (wiring: {[tuple(w) for w in self._wiring]})")
+                f"or remove the rank from rank_out (wiring: {[tuple(w) for w in self._wiring]})"
+            )
         for link, wiring in zip(self._children, self._wiring):
             if wiring.rank_in is None:
                 args = inputs
@@ -188,7 +195,7 @@ class MultiNodeChainList(chainer.ChainList):
                     else:
                         x = recv(comm, rank, delegate_variable=delegate)
                     received.append(x)
-                    delegate = _as_variables(x)[0]   # chain the next receive to this one
+                    delegate = _as_variables(x)[0]  # chain the next receive to this one
                 y = link(*received)
             if wiring.rank_out is None:
                 ys = _as_variables(y)

@@ -6,6 +6,7 @@ Sequentials) is replaced by a ``MultiNodeBatchNormalization`` carrying the same
 parameters, running statistics and settings. The original model is untouched;
 the communicator is shared, not copied.
 """
+
 import copy
 
 import chainer
@@ -64,9 +65,16 @@ def _to_mnbn(bn, comm, backend):
     if dtype is None:
         dtype = bn.avg_mean.dtype
     new = MultiNodeBatchNormalization(
-        size, comm, decay=bn.decay, eps=bn.eps, dtype=dtype,
-        use_gamma=bn.gamma is not None, use_beta=bn.beta is not None,
-        communication_backend=backend, axis=bn.axis)
+        size,
+        comm,
+        decay=bn.decay,
+        eps=bn.eps,
+        dtype=dtype,
+        use_gamma=bn.gamma is not None,
+        use_beta=bn.beta is not None,
+        communication_backend=backend,
+        axis=bn.axis,
+    )
     new.to_device(bn.device)
     for pname in ("gamma", "beta"):
         src = getattr(bn, pname)

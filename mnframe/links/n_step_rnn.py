@@ -8,12 +8,13 @@ It returns the RNN's outputs plus a delegate variable (None when nothing is
 sent); when it sends, backward must reach that delegate (return it, or
 ``pseudo_connect`` it to the loss).
 """
+
 import chainer
 from chainer.links.rnn.n_step_rnn import NStepRNNBase
 
 from mnframe.functions import _transport
-from mnframe.functions.point_to_point import recv, send
 from mnframe.functions.connect import pseudo_connect
+from mnframe.functions.point_to_point import recv, send
 
 
 class MultiNodeNStepRNN(chainer.Chain):
@@ -23,7 +24,8 @@ class MultiNodeNStepRNN(chainer.Chain):
         if not isinstance(link, NStepRNNBase):
             raise ValueError(
                 f"create_multi_node_n_step_rnn: link must be a chainer NStep RNN link "
-                f"(NStepLSTM, NStepGRU, NStepRNNTanh, ...; a NStepRNNBase), got {type(link).__name__}")
+                f"(NStepLSTM, NStepGRU, NStepRNNTanh, ...; a NStepRNNBase), got {type(link).__name__}"
+            )
         for arg, rank in (("rank_in", rank_in), ("rank_out", rank_out)):
             if rank is not None:
                 _transport.check_peer(communicator, rank, f"create_multi_node_n_step_rnn {arg}")
@@ -53,9 +55,9 @@ class MultiNodeNStepRNN(chainer.Chain):
         outputs = self.actual_rnn(*(cells + tuple(inputs)))
         delegate = None
         if self.rank_out is not None:
-            for cell in outputs[:self.n_cells]:
+            for cell in outputs[: self.n_cells]:
                 if delegate is not None:
-                    cell, = pseudo_connect(delegate, cell)
+                    (cell,) = pseudo_connect(delegate, cell)
                 delegate = send(cell, self.communicator, self.rank_out)
         return tuple(outputs) + (delegate,)
 

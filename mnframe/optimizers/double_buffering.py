@@ -20,6 +20,7 @@ other. How much of the averaging really overlaps the next forward/backward
 depends on the MPI library's asynchronous progress (MPICH without a progress
 thread advances it mostly inside the wait); the schedule above holds either way.
 """
+
 import chainer
 import numpy as np
 from mpi4py import MPI
@@ -45,7 +46,7 @@ class StaleGradientAverager:
     def __init__(self, communicator):
         self.communicator = communicator
         self._pending = None  # (requests, {dtype: buffer}, params)
-        self._spare = {}      # the buffer set not in flight
+        self._spare = {}  # the buffer set not in flight
 
     def exchange(self, target):
         """Start averaging this step's gradients; put last step's mean in ``param.grad``.
@@ -99,7 +100,7 @@ class StaleGradientAverager:
                 buf = np.empty(total, dtype)
             offset = 0
             for p in group:
-                view = buf[offset:offset + p.array.size]
+                view = buf[offset : offset + p.array.size]
                 if p.grad is None:  # unused parameter: contributes zero (zero_fill)
                     view[...] = 0
                 else:
@@ -124,8 +125,10 @@ class StaleGradientAverager:
             for dtype, buf in buffers.items():
                 expected = sum(p.array.size for p in params if _wire(p.array.dtype) == dtype)
                 if buf.size != expected:
-                    raise ValueError(f"double buffering: the checkpoint's gradient sums ({buf.size} {dtype} "
-                                     f"values) do not fit this model ({expected}); was the model changed?")
+                    raise ValueError(
+                        f"double buffering: the checkpoint's gradient sums ({buf.size} {dtype} "
+                        f"values) do not fit this model ({expected}); was the model changed?"
+                    )
         with oplog.op("double_buffering.wait"):
             MPI.Request.Waitall(requests)
         scale = 1.0 / self.communicator.mpi_comm.size
@@ -133,7 +136,7 @@ class StaleGradientAverager:
         for p in params:
             dtype = _wire(p.array.dtype)
             off = offsets[dtype]
-            mean = buffers[dtype][off:off + p.array.size].reshape(p.array.shape)
+            mean = buffers[dtype][off : off + p.array.size].reshape(p.array.shape)
             offsets[dtype] = off + p.array.size
             if isinstance(p.array, np.ndarray):
                 if p.grad is None or p.grad.dtype != p.array.dtype:

@@ -18,6 +18,7 @@ before every exchange (a mismatch would make NCCL wait forever). Used by
 Its NCCL group is destroyed by ``close()``: called by the optimizer's
 ``finalize()`` and, at the latest, by the communicator's ``finalize()``.
 """
+
 import numpy as np
 
 from mnframe.communicators import packing
@@ -32,12 +33,13 @@ class StreamStaleAverager:
 
     def __init__(self, communicator):
         import cupy
+
         self.communicator = communicator
         self._cupy = cupy
         self._stream = cupy.cuda.Stream(non_blocking=True)
-        self._nccl = None     # created at the first exchange (collective)
+        self._nccl = None  # created at the first exchange (collective)
         self._packer = DevicePacker(cupy)
-        self._slots = {}      # layout key -> (layout, [Buffer, Buffer])
+        self._slots = {}  # layout key -> (layout, [Buffer, Buffer])
         self._step = 0
         self._pending = None  # (layout, slot buffer, params, done event)
         register = getattr(communicator, "close_on_finalize", None)
@@ -57,15 +59,18 @@ class StreamStaleAverager:
         comm._agree_on_params(sig, "double_buffering", key)
         devices = {s[4] for s in sig}  # the same on every rank: the signatures just agreed
         if devices != {"cupy"}:
-            raise TypeError(f"double buffering with {type(comm).__name__} averages CuPy gradients on a CUDA "
-                            f"stream, but the model's are {'/'.join(sorted(devices))} arrays: move the model "
-                            f"to the GPU (model.to_device('@cupy:N')) or use a CPU communicator")
+            raise TypeError(
+                f"double buffering with {type(comm).__name__} averages CuPy gradients on a CUDA "
+                f"stream, but the model's are {'/'.join(sorted(devices))} arrays: move the model "
+                f"to the GPU (model.to_device('@cupy:N')) or use a CPU communicator"
+            )
         if self._nccl is None:
             self._nccl = NcclGroup(comm.mpi_comm, "double_buffering")
         layout, buf = self._slot(key, params, sig, wire)
         groups = buf.group_views(layout)
-        self._packer.pack(layout, groups, buf.entry_views(layout), params, 1.0 / comm.size,
-                          bool(comm.get_config("batched_copy")))
+        self._packer.pack(
+            layout, groups, buf.entry_views(layout), params, 1.0 / comm.size, bool(comm.get_config("batched_copy"))
+        )
         main = self._cupy.cuda.get_current_stream()
         packed = main.record()
         had_previous = self._pending is not None
@@ -94,16 +99,23 @@ class StreamStaleAverager:
             if len(self._slots) >= 2:  # a model whose parameters changed: drop the old buffers
                 self._slots.clear()
             layout = packing.build_layout(params, sig, wire)
-            entry = self._slots[key] = (layout, [
-                Buffer(self._cupy.empty(max(1, layout.nbytes), dtype=np.uint8)) for _ in range(2)])
+            entry = self._slots[key] = (
+                layout,
+                [Buffer(self._cupy.empty(max(1, layout.nbytes), dtype=np.uint8)) for _ in range(2)],
+            )
         layout, buffers = entry
         return layout, buffers[self._step % 2]
 
     def _finish(self, main):
         layout, buf, params, done = self._pending
         main.wait_event(done)  # the update below runs after the allreduce on the GPU
-        self._packer.unpack(layout, buf.group_views(layout), buf.entry_views(layout), params,
-                            bool(self.communicator.get_config("batched_copy")))
+        self._packer.unpack(
+            layout,
+            buf.group_views(layout),
+            buf.entry_views(layout),
+            params,
+            bool(self.communicator.get_config("batched_copy")),
+        )
         self._pending = None
 
     def close(self):

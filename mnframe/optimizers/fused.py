@@ -18,6 +18,7 @@ float16, iDeep, non-contiguous arrays, AdaBound, NumPy-scalar
 hyper-parameters); ``optimizer.name=chainer_adam`` builds Chainer's own. MomentumSGD
 is left as it is: its rule makes one temporary only, and a blocked version was no faster.
 """
+
 import numpy as np
 from chainer import optimizers
 from chainer.optimizers import adam as _adam
@@ -41,13 +42,14 @@ def _plain(*arrays):
     first = arrays[0]
     return first.dtype in (np.float32, np.float64) and all(
         type(a) is np.ndarray and a.dtype == first.dtype and a.size == first.size and a.flags.c_contiguous
-        for a in arrays)
+        for a in arrays
+    )
 
 
 def _python_numbers(hp):
     """True when the hyper-parameters are Python numbers: a NumPy float64 scalar would be
     cast at a different step under NumPy 2's promotion rules (not bitwise Chainer's)."""
-    names = ('alpha', 'beta1', 'beta2', 'eps', 'eta', 'weight_decay_rate')
+    names = ("alpha", "beta1", "beta2", "eps", "eta", "weight_decay_rate")
     return all(type(getattr(hp, k)) in (float, int) for k in names)
 
 
@@ -59,7 +61,7 @@ class FusedAdamRule(_adam.AdamRule):
         if grad is None:
             return
         hp = self.hyperparam
-        state = [self.state['m'], self.state['v']] + ([self.state['vhat']] if hp.amsgrad else [])
+        state = [self.state["m"], self.state["v"]] + ([self.state["vhat"]] if hp.amsgrad else [])
         if hp.adabound or not _python_numbers(hp) or not _plain(param.data, grad, *state):
             return super().update_core_cpu(param)
         self._check_eps(param.dtype.type)
@@ -70,22 +72,22 @@ class FusedAdamRule(_adam.AdamRule):
         t = _scratch_block(data.dtype, data.size)
         for s in range(0, data.size, BLOCK):
             e = min(data.size, s + BLOCK)
-            tb, gb, mb, vb, hb, pb = t[:e - s], g[s:e], m[s:e], v[s:e], vhat[s:e], data[s:e]
-            np.subtract(gb, mb, out=tb)          # m += (1 - beta1) * (grad - m)
+            tb, gb, mb, vb, hb, pb = t[: e - s], g[s:e], m[s:e], v[s:e], vhat[s:e], data[s:e]
+            np.subtract(gb, mb, out=tb)  # m += (1 - beta1) * (grad - m)
             np.multiply(b1, tb, out=tb)
             np.add(mb, tb, out=mb)
-            np.multiply(gb, gb, out=tb)          # v += (1 - beta2) * (grad * grad - v)
+            np.multiply(gb, gb, out=tb)  # v += (1 - beta2) * (grad * grad - v)
             np.subtract(tb, vb, out=tb)
             np.multiply(b2, tb, out=tb)
             np.add(vb, tb, out=vb)
-            if hp.amsgrad:                       # vhat = max(vhat, v)
+            if hp.amsgrad:  # vhat = max(vhat, v)
                 np.maximum(hb, vb, out=hb)
-            np.sqrt(hb, out=tb)                  # step = alpha_t / (sqrt(vhat) + eps)
+            np.sqrt(hb, out=tb)  # step = alpha_t / (sqrt(vhat) + eps)
             np.add(tb, eps, out=tb)
             np.divide(alpha_t, tb, out=tb)
-            np.multiply(tb, mb, out=tb)          # b * (step * m)
+            np.multiply(tb, mb, out=tb)  # b * (step * m)
             np.multiply(b, tb, out=tb)
-            if a != 1:                           # Chainer: x[...] = a * x + b * y, or x += b * y when a == 1
+            if a != 1:  # Chainer: x[...] = a * x + b * y, or x += b * y when a == 1
                 np.multiply(a, pb, out=pb)
             np.add(pb, tb, out=pb)
 

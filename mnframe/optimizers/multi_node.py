@@ -34,12 +34,13 @@ With ``double_buffering=True`` see :mod:`mnframe.optimizers.double_buffering`
 (NCCL on a side CUDA stream, for communicators that declare
 ``double_buffering = "nccl"``).
 """
+
 import chainer
 import numpy as np
 
 from mnframe._import_path import resolve
-from mnframe.utils import collectives
 from mnframe.optimizers.double_buffering import StaleGradientAverager
+from mnframe.utils import collectives
 
 # a communicator's ``double_buffering`` attribute -> the averager that overlaps its exchange
 AVERAGERS = {
@@ -206,7 +207,8 @@ class _MultiNodeOptimizer:
         self.actual_optimizer.serialize(serializer)
         target = self.actual_optimizer.target
         done = self._update_layout is _LOADED or (
-            self._update_layout is not None and target is not None and self._update_layout == _layout(target))
+            self._update_layout is not None and target is not None and self._update_layout == _layout(target)
+        )
         if isinstance(serializer, chainer.serializer.Deserializer):
             try:
                 done = bool(serializer(BROADCAST_DONE_KEY, int(done)))
@@ -273,11 +275,15 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
             (otherwise they are skipped by the communicator).
     """
     if not (hasattr(actual_optimizer, "update") and hasattr(actual_optimizer, "setup")):
-        raise TypeError(f"create_multi_node_optimizer: actual_optimizer must be a chainer.Optimizer "
-                        f"(e.g. chainer.optimizers.Adam()), got {type(actual_optimizer).__name__}")
+        raise TypeError(
+            f"create_multi_node_optimizer: actual_optimizer must be a chainer.Optimizer "
+            f"(e.g. chainer.optimizers.Adam()), got {type(actual_optimizer).__name__}"
+        )
     missing = [m for m in ("bcast_data", "multi_node_mean_grad", "mpi_comm") if not hasattr(communicator, m)]
     if missing:
-        raise TypeError(f"create_multi_node_optimizer: communicator lacks {missing}; pass the result of "
-                        f"mnframe.create_communicator(...)")
+        raise TypeError(
+            f"create_multi_node_optimizer: communicator lacks {missing}; pass the result of "
+            f"mnframe.create_communicator(...)"
+        )
     averager = _averager(communicator) if double_buffering else None
     return _MultiNodeOptimizer(actual_optimizer, communicator, zero_fill, averager)

@@ -8,6 +8,7 @@ ranks and, with ``MNFRAME_DEBUG_COLLECTIVES=1``, the collective matcher.
 ``MNFRAME_NO_GUARD=1`` opts out of all but the validation (set it for every
 rank: the watchdog's start is collective).
 """
+
 import os
 import sys
 
@@ -28,8 +29,10 @@ def _validate(mpi_comm):
     if mpi_comm.Get_rank() == 0:
         for name, close in settings.unknown():
             hint = f" (did you mean {close}?)" if close else ""
-            sys.stderr.write(f"mnframe: warning: {name} is not an mnframe setting{hint}; it is ignored. "
-                             f"The settings are listed in docs/reliability.md.\n")
+            sys.stderr.write(
+                f"mnframe: warning: {name} is not an mnframe setting{hint}; it is ignored. "
+                f"The settings are listed in docs/reliability.md.\n"
+            )
 
 
 def on_communicator_created(comm):
@@ -53,6 +56,7 @@ def on_communicator_created(comm):
     watchdog.start(mpi_comm)
     if settings.get(ENV_DEBUG):
         from mnframe.runtime import debug
+
         debug.enable(mpi_comm)
 
 

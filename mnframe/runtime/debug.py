@@ -13,6 +13,7 @@ check assumes collectives are issued on communicators spanning all ranks of the
 communicator given to ``enable`` (data parallelism); model-parallel code that
 issues collectives on sub-communicators should not use it.
 """
+
 import os
 import re
 import traceback
@@ -26,8 +27,9 @@ SHAPE_MUST_MATCH = ("allreduce", "mean_grad", "reduce_scatter")
 # Point-to-point operations: only the two peers take part, so they are not compared.
 # An op is point-to-point if any dotted/colon part of its name is one of these
 # ("send", "scatter_dataset.recv_len", ...).
-POINT_TO_POINT = frozenset({"send", "recv", "isend", "irecv", "sendrecv", "send_obj", "recv_obj",
-                            "send_len", "recv_len", "wait"})
+POINT_TO_POINT = frozenset(
+    {"send", "recv", "isend", "irecv", "sendrecv", "send_obj", "recv_obj", "send_len", "recv_len", "wait"}
+)
 
 
 def is_point_to_point(name):
@@ -59,8 +61,12 @@ class CollectiveMatcher:
 
     def signature(self, rec):
         strict = any(key in rec.name for key in SHAPE_MUST_MATCH)
-        return {"op": rec.name, "shape": rec.shape if strict else None,
-                "dtype": rec.dtype if strict else None, "at": _caller()}
+        return {
+            "op": rec.name,
+            "shape": rec.shape if strict else None,
+            "dtype": rec.dtype if strict else None,
+            "at": _caller(),
+        }
 
     def __call__(self, rec):
         if self._busy or is_point_to_point(rec.name):
@@ -77,11 +83,14 @@ class CollectiveMatcher:
             detail = "; ".join(
                 f"rank {r}: {s['op']}"
                 + (f" shape {s['shape']} {s['dtype']}" if s["shape"] is not None else "")
-                + f" at {s['at']}" for r, s in enumerate(every))
+                + f" at {s['at']}"
+                for r, s in enumerate(every)
+            )
             raise CollectiveMismatch(
                 f"debug mode: ranks diverge at collective #{self.count}: {detail}. "
                 f"Every rank must call the same communication operations in the same order "
-                f"with matching shapes.")
+                f"with matching shapes."
+            )
 
 
 def enable(mpi_comm):

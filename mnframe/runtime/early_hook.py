@@ -10,6 +10,7 @@ the guard (banner, traceback, ``MPI_Abort``); otherwise it calls the hook that
 was there before. ``MNFRAME_NO_GUARD=1`` leaves it inert. The guard's own
 ``install`` replaces it (see ``previous_of``).
 """
+
 import os
 import sys
 
@@ -31,6 +32,7 @@ def _no_guard():
 def _hook(exc_type, exc, tb):
     if _mpi_job_running() and not _no_guard():
         from mnframe.runtime import guard
+
         guard.handle_uncaught(exc_type, exc, tb)
     _hook.previous(exc_type, exc, tb)
 

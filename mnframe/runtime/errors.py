@@ -3,18 +3,19 @@
 ``ExitStatus`` is the one table of statuses a job can end with (documented in
 docs/reliability.md); the guard maps each error class below onto it.
 """
+
 import enum
 
 
 class ExitStatus(enum.IntEnum):
     """How a guarded mnframe job ends (the status ``mpiexec`` returns)."""
 
-    OK = 0                  # training finished, or preempted after a clean checkpoint
-    ERROR = 1               # an uncaught exception on some rank
-    CONFIG = 2              # a configuration error (same message on every rank, no traceback)
-    ENVIRONMENT = 3         # a dependency does not import: which, why, what to install (no traceback)
+    OK = 0  # training finished, or preempted after a clean checkpoint
+    ERROR = 1  # an uncaught exception on some rank
+    CONFIG = 2  # a configuration error (same message on every rank, no traceback)
+    ENVIRONMENT = 3  # a dependency does not import: which, why, what to install (no traceback)
     COLLECTIVE_TIMEOUT = 124  # an operation passed its deadline (like coreutils `timeout`)
-    INTERRUPTED = 130       # KeyboardInterrupt (128 + SIGINT, the shell convention)
+    INTERRUPTED = 130  # KeyboardInterrupt (128 + SIGINT, the shell convention)
 
 
 class MnframeRuntimeError(RuntimeError):

@@ -9,6 +9,7 @@ rank within a second. ``run_main`` is the same guard for the CLI, with the
 exit-status mapping of ``ExitStatus``. A ``sys.exit(n)`` in a library user's
 script is covered by the watchdog's exit announcement (see watchdog.py).
 """
+
 import os
 import socket
 import sys
@@ -83,8 +84,10 @@ def abort(status, message=None):
 def failure_message(kind, exc_type, exc, tb, status):
     """The banner + traceback printed before aborting."""
     lines = "".join(traceback.format_exception(exc_type, exc, tb))
-    return (f"\n{'*' * 72}\nmnframe: {kind} on {where()}; aborting the MPI job "
-            f"(exit status {int(status)}).\n{lines}{'*' * 72}\n")
+    return (
+        f"\n{'*' * 72}\nmnframe: {kind} on {where()}; aborting the MPI job "
+        f"(exit status {int(status)}).\n{lines}{'*' * 72}\n"
+    )
 
 
 def status_for(exc):
@@ -118,8 +121,7 @@ def config_error_exit(exc):
     deadline = time.monotonic() + CONFIG_AGREE_TIMEOUT_S
     while not req.Test():
         if time.monotonic() > deadline:
-            abort(status, f"mnframe: {label} on {where()} "
-                  f"(the other ranks did not report it):\n{exc}")
+            abort(status, f"mnframe: {label} on {where()} (the other ranks did not report it):\n{exc}")
         time.sleep(0.01)
     if world.Get_rank() == 0:
         _write(f"mnframe: {label}: {exc}\n")
@@ -181,8 +183,7 @@ def _thread_excepthook(args):
     if args.exc_type is SystemExit:  # threading ignores SystemExit in threads; so do we
         return
     name = args.thread.name if args.thread is not None else "?"
-    handle_uncaught(args.exc_type, args.exc_value, args.exc_traceback,
-                    kind=f"uncaught exception in thread {name!r}")
+    handle_uncaught(args.exc_type, args.exc_value, args.exc_traceback, kind=f"uncaught exception in thread {name!r}")
 
 
 _previous = {"sys": None, "threading": None}
@@ -194,6 +195,7 @@ def install():
     if _installed:
         return
     from mnframe.runtime import early_hook
+
     _previous["sys"] = early_hook.previous_of(sys.excepthook)
     _previous["threading"] = threading.excepthook
     sys.excepthook = _excepthook

@@ -7,6 +7,7 @@ operations and the one in flight with its start time; the collective watchdog
 that says which operation a rank was stuck in. Entering and leaving an op is a
 few attribute writes: it is on the hot path.
 """
+
 import collections
 import contextlib
 import time
@@ -32,10 +33,16 @@ class OpRecord:
 
     def as_dict(self):
         return {
-            "seq": self.seq, "op": self.name, "shape": self.shape, "dtype": self.dtype,
-            "nbytes": self.nbytes, "peer": self.peer, "comm": self.comm_id,
+            "seq": self.seq,
+            "op": self.name,
+            "shape": self.shape,
+            "dtype": self.dtype,
+            "nbytes": self.nbytes,
+            "peer": self.peer,
+            "comm": self.comm_id,
             "elapsed_s": (self.end or time.monotonic()) - self.start,
-            "finished": self.end is not None, "stack": self.stack,
+            "finished": self.end is not None,
+            "stack": self.stack,
         }
 
 

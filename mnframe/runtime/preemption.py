@@ -13,6 +13,7 @@ same behaviour (ChainerMN's ``create_multi_node_checkpointer`` and
 to stop, and the trainer then stops after that iteration, so the script goes on
 after ``trainer.run()`` and ends with status 0.
 """
+
 import signal
 import sys
 import threading
@@ -30,8 +31,10 @@ _flag = threading.Event()
 def _handler(signum, frame):
     _state["signal"] = signum
     _flag.set()
-    sys.stderr.write(f"mnframe: received {signal.Signals(signum).name}; all ranks will checkpoint "
-                     f"at the next iteration boundary and exit 0\n")
+    sys.stderr.write(
+        f"mnframe: received {signal.Signals(signum).name}; all ranks will checkpoint "
+        f"at the next iteration boundary and exit 0\n"
+    )
     sys.stderr.flush()
 
 
@@ -60,6 +63,7 @@ def requested():
 def agree(comm):
     """True on every rank if any rank was asked to stop (collective: one tiny allreduce)."""
     from mpi4py import MPI
+
     mpi_comm = getattr(comm, "mpi_comm", comm)
     if mpi_comm.Get_size() == 1:  # called every iteration: skip the collective where it decides nothing
         if _flag.is_set():

@@ -15,6 +15,7 @@ exit handlers ..." to the launcher's stderr (the stderr of the rank's parent,
 the MPI process manager, opened when the sentinel starts). Linux only; off with
 ``MNFRAME_NO_GUARD=1``.
 """
+
 import os
 import socket
 import subprocess
@@ -69,10 +70,23 @@ def start(rank):
     read_end, write_end = os.pipe()
     try:
         _state["proc"] = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _PROGRAM, str(rank), str(os.getpid()), socket.gethostname(),
-             str(os.getppid())],
-            stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
-            start_new_session=True)  # not in the rank's process group: the launcher's kill misses it
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                "-c",
+                _PROGRAM,
+                str(rank),
+                str(os.getpid()),
+                socket.gethostname(),
+                str(os.getppid()),
+            ],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+            start_new_session=True,
+        )  # not in the rank's process group: the launcher's kill misses it
     except OSError:
         os.close(write_end)
         return False

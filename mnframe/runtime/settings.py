@@ -8,6 +8,7 @@ and one message naming the variable and the accepted form, instead of being
 discovered later inside a background thread. docs/reliability.md's settings
 table is ``markdown_table()`` (a unit test checks that they agree).
 """
+
 import dataclasses
 import difflib
 import os
@@ -25,8 +26,9 @@ def seconds(raw: str) -> float:
     """'600', '90s', '2.5m', '1h' -> seconds (>= 0)."""
     match = _DURATION_RE.match(raw)
     if match is None:
-        raise ValueError("expected a duration >= 0: a number of seconds with an optional unit s, m or h "
-                         "(e.g. 600, 90s, 10m, 1h)")
+        raise ValueError(
+            "expected a duration >= 0: a number of seconds with an optional unit s, m or h (e.g. 600, 90s, 10m, 1h)"
+        )
     return float(match.group(1)) * _UNIT_S[(match.group(2) or "").lower() or None]
 
 
@@ -60,38 +62,92 @@ def text(raw: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class Setting:
     name: str
-    type: str      # the accepted form, as documented
-    default: str   # as documented ("unset" when absent means something)
+    type: str  # the accepted form, as documented
+    default: str  # as documented ("unset" when absent means something)
     meaning: str
     parse: Callable[[str], Any]
     default_value: Any = None
 
 
 SETTINGS = (
-    Setting("MNFRAME_COLLECTIVE_TIMEOUT", "duration (`600`, `90s`, `10m`, `1h`)", "600",
-            "deadline of every communication operation; `0` disables it", seconds, 600.0),
-    Setting("MNFRAME_EXIT_TIMEOUT", "duration", "the collective deadline",
-            "how long a rank that reached the end of its script waits for the others before aborting "
-            "the job (status 124); `0` waits forever", seconds, None),
-    Setting("MNFRAME_EXIT_GRACE", "duration", "2",
-            "a rank stuck in an operation this long after another rank exited aborts the job (status 1)",
-            seconds, 2.0),
-    Setting("MNFRAME_NO_GUARD", "flag (`1`/`0`)", "0",
-            "switch off the abort guard, deadlines and exit handling (set it for every rank)", flag, False),
-    Setting("MNFRAME_DEBUG_COLLECTIVES", "flag", "0",
-            "compare every collective's signature across ranks before it runs", flag, False),
-    Setting("MNFRAME_RUN_DIR", "path", "the working directory",
-            "where timeout records go when no run directory was set", text, None),
-    Setting("MNFRAME_FORCE_ABORT_ON_EXCEPTION", "any non-empty value", "unset",
-            "`global_except_hook._add_hook_if_enabled()` installs the abort hook (as ChainerMN's "
-            "`CHAINERMN_FORCE_ABORT_ON_EXCEPTION`)", text, None),
-    Setting("MNFRAME_CUDA_AWARE", "flag", "unset (detected)",
-            "whether the MPI library is CUDA-aware", optional_flag, None),
-    Setting("MNFRAME_FAKE_NODE_SIZE", "positive integer", "unset",
-            "testing: split one machine into fake nodes of this many ranks", positive_int, None),
-    Setting("MNFRAME_CHAINER_HOOK", "flag", "1",
-            "`0`: the site-packages .pth does not install the Chainer import hook (`import mnframe` "
-            "still does, see README \"NumPy 2\")", flag, True),
+    Setting(
+        "MNFRAME_COLLECTIVE_TIMEOUT",
+        "duration (`600`, `90s`, `10m`, `1h`)",
+        "600",
+        "deadline of every communication operation; `0` disables it",
+        seconds,
+        600.0,
+    ),
+    Setting(
+        "MNFRAME_EXIT_TIMEOUT",
+        "duration",
+        "the collective deadline",
+        "how long a rank that reached the end of its script waits for the others before aborting "
+        "the job (status 124); `0` waits forever",
+        seconds,
+        None,
+    ),
+    Setting(
+        "MNFRAME_EXIT_GRACE",
+        "duration",
+        "2",
+        "a rank stuck in an operation this long after another rank exited aborts the job (status 1)",
+        seconds,
+        2.0,
+    ),
+    Setting(
+        "MNFRAME_NO_GUARD",
+        "flag (`1`/`0`)",
+        "0",
+        "switch off the abort guard, deadlines and exit handling (set it for every rank)",
+        flag,
+        False,
+    ),
+    Setting(
+        "MNFRAME_DEBUG_COLLECTIVES",
+        "flag",
+        "0",
+        "compare every collective's signature across ranks before it runs",
+        flag,
+        False,
+    ),
+    Setting(
+        "MNFRAME_RUN_DIR",
+        "path",
+        "the working directory",
+        "where timeout records go when no run directory was set",
+        text,
+        None,
+    ),
+    Setting(
+        "MNFRAME_FORCE_ABORT_ON_EXCEPTION",
+        "any non-empty value",
+        "unset",
+        "`global_except_hook._add_hook_if_enabled()` installs the abort hook (as ChainerMN's "
+        "`CHAINERMN_FORCE_ABORT_ON_EXCEPTION`)",
+        text,
+        None,
+    ),
+    Setting(
+        "MNFRAME_CUDA_AWARE", "flag", "unset (detected)", "whether the MPI library is CUDA-aware", optional_flag, None
+    ),
+    Setting(
+        "MNFRAME_FAKE_NODE_SIZE",
+        "positive integer",
+        "unset",
+        "testing: split one machine into fake nodes of this many ranks",
+        positive_int,
+        None,
+    ),
+    Setting(
+        "MNFRAME_CHAINER_HOOK",
+        "flag",
+        "1",
+        "`0`: the site-packages .pth does not install the Chainer import hook (`import mnframe` "
+        'still does, see README "NumPy 2")',
+        flag,
+        True,
+    ),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 # Read by scripts/setup.sh and the test-suite, not by the library: never warned about.
@@ -125,9 +181,13 @@ def validate(environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
         except ConfigError as exc:
             problems.append(str(exc))
     if problems:
-        raise ConfigError("invalid mnframe environment setting" + ("s" if len(problems) > 1 else "")
-                          + ":\n  " + "\n  ".join(problems)
-                          + "\nFix or unset the variable (the same on every rank).")
+        raise ConfigError(
+            "invalid mnframe environment setting"
+            + ("s" if len(problems) > 1 else "")
+            + ":\n  "
+            + "\n  ".join(problems)
+            + "\nFix or unset the variable (the same on every rank)."
+        )
     if environ is os.environ:
         _values.update(values)
     return values

@@ -11,6 +11,7 @@ share of the cores it may run on instead.
 trains on CPUs and the user set none of ``ENV_VARS``; a number sets exactly that
 many threads per rank; ``keep`` changes nothing.
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,8 +47,9 @@ def user_chose(env: Dict[str, str]) -> Optional[str]:
     return next((v for v in ENV_VARS if env.get(v)), None)
 
 
-def plan(setting: Union[str, int], on_cpu: bool, mine: frozenset, node_peers: List[frozenset],
-         env: Dict[str, str]) -> Optional[int]:
+def plan(
+    setting: Union[str, int], on_cpu: bool, mine: frozenset, node_peers: List[frozenset], env: Dict[str, str]
+) -> Optional[int]:
     """Threads per rank for ``trainer.threads``, or None to leave the pools alone."""
     if setting == "keep":
         return None
@@ -78,11 +80,20 @@ def configure(setting: Union[str, int], comm, on_cpu: bool, env: Optional[Dict[s
     node_peers = [cpus for node, cpus in everyone if node == comm.inter_rank]
     threads = plan(setting, on_cpu, mine, node_peers, env)
     if threads is None:
-        reason = (f"{user_chose(env)} is set" if user_chose(env) else
-                  "trainer.threads=keep" if setting == "keep" else "training on GPUs")
+        reason = (
+            f"{user_chose(env)} is set"
+            if user_chose(env)
+            else "trainer.threads=keep"
+            if setting == "keep"
+            else "training on GPUs"
+        )
         log.info("BLAS/OpenMP thread pools left as they are (%s)", reason)
         return None
     if apply(threads):
-        log.info("BLAS/OpenMP threads per rank: %d (%d usable CPUs, %d rank(s) on this node)",
-                 threads, len(mine), len(node_peers))
+        log.info(
+            "BLAS/OpenMP threads per rank: %d (%d usable CPUs, %d rank(s) on this node)",
+            threads,
+            len(mine),
+            len(node_peers),
+        )
     return threads

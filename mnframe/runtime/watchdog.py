@@ -35,6 +35,7 @@ which mpi4py does for its blocking calls, and MPI_THREAD_MULTIPLE (mpi4py's
 default request; MPICH provides it). At a lower thread level the deadline still
 holds, but each rank reports only its own record and exits are not announced.
 """
+
 import atexit
 import json
 import linecache
@@ -54,14 +55,16 @@ ENV_RUN_DIR = "MNFRAME_RUN_DIR"
 ENV_EXIT_GRACE = "MNFRAME_EXIT_GRACE"
 ENV_EXIT_TIMEOUT = "MNFRAME_EXIT_TIMEOUT"
 DEFAULT_DEADLINE_S = settings.BY_NAME[ENV_TIMEOUT].default_value
-POLL_S = 0.2            # how often the thread looks at the op in flight
-COLLECT_S = 2.0         # how long a timed-out rank waits for the others' summaries
+POLL_S = 0.2  # how often the thread looks at the op in flight
+COLLECT_S = 2.0  # how long a timed-out rank waits for the others' summaries
 RECORD_PREFIX = "mnframe-timeout-rank"
 # mpi4py methods that block: a main thread sitting on a line calling one of these is "blocked in MPI".
-MPI_CALLS = frozenset("""Barrier barrier Bcast bcast Reduce reduce Allreduce allreduce Gather gather Gatherv
+MPI_CALLS = frozenset(
+    """Barrier barrier Bcast bcast Reduce reduce Allreduce allreduce Gather gather Gatherv
 Allgather allgather Allgatherv Scatter scatter Scatterv Alltoall alltoall Alltoallv Reduce_scatter Scan Exscan
 Send send Ssend ssend Recv recv Sendrecv sendrecv Probe probe Mprobe Wait wait Waitall waitall Waitany waitany
-Dup Split Split_type Create Free Finalize""".split())
+Dup Split Split_type Create Free Finalize""".split()
+)
 
 _TAG_SUMMARY = 7001
 _TAG_EXIT = 7002
@@ -192,6 +195,7 @@ class Watchdog:
 
     def __init__(self, mpi_comm):
         from mpi4py import MPI
+
         # The side channel needs MPI_THREAD_MULTIPLE (mpi4py's default request). Without it
         # the thread still enforces deadlines, but reports only this rank's own record.
         self.side_channel = MPI.Query_thread() == MPI.THREAD_MULTIPLE
@@ -225,8 +229,9 @@ class Watchdog:
                 with self._lock:
                     self._tick()
             except Exception:  # a bug here must not take training down; say it once and stop watching
-                sys.stderr.write("mnframe watchdog: internal error, collective deadlines are off:\n"
-                                 + traceback.format_exc())
+                sys.stderr.write(
+                    "mnframe watchdog: internal error, collective deadlines are off:\n" + traceback.format_exc()
+                )
                 return
 
     def _tick(self):
@@ -256,6 +261,7 @@ class Watchdog:
         if not self.side_channel:
             return
         from mpi4py import MPI
+
         status = MPI.Status()
         while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status):
             src, tag = status.Get_source(), status.Get_tag()
@@ -270,10 +276,16 @@ class Watchdog:
     def summary(self, timed_out):
         log = oplog.get_log()
         return {
-            "rank": self.rank, "size": self.size, "host": socket.gethostname(), "pid": os.getpid(),
-            "timed_out": timed_out, "current": _brief(log.current),
+            "rank": self.rank,
+            "size": self.size,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "timed_out": timed_out,
+            "current": _brief(log.current),
             "last": _brief(log.history[-1]) if log.history else None,
-            "where": _user_location(), "time": time.time(), "exiting": self.exiting,
+            "where": _user_location(),
+            "time": time.time(),
+            "exiting": self.exiting,
             "blocked": None if (log.current is not None or self.exiting) else _blocked_call(),
         }
 
@@ -301,23 +313,30 @@ class Watchdog:
         text = timeout_report(summaries, self.size, self.rank, deadline, report_dir())
         reporters = [r for r, s in summaries.items() if s.get("timed_out")]
         from mnframe.runtime import guard
+
         if min(reporters) == self.rank:
             guard.abort(ExitStatus.COLLECTIVE_TIMEOUT, text)
         # another rank prints the full report; give it a moment, then make sure we end too
-        guard._write(f"mnframe: {guard.where()}: {describe_op(mine['current'])} passed its "
-                     f"deadline too; see rank {min(reporters)}'s report\n")
+        guard._write(
+            f"mnframe: {guard.where()}: {describe_op(mine['current'])} passed its "
+            f"deadline too; see rank {min(reporters)}'s report\n"
+        )
         time.sleep(COLLECT_S)
         guard.abort(ExitStatus.COLLECTIVE_TIMEOUT)
 
     def _on_peer_exit(self, cur):
         from mnframe.runtime import guard
-        gone = ", ".join(f"rank {r} (host {m.get('host')}, pid {m.get('pid')})"
-                         for r, (_, m) in sorted(self.exited.items()))
-        guard.abort(ExitStatus.ERROR,
-                    f"\nmnframe: {gone} exited (its interpreter ran its exit handlers: end of script "
-                    f"or sys.exit) while {guard.where()} is waiting in {describe_op(_brief(cur))}. "
-                    f"Aborting the job instead of hanging. Look at that rank's output for why it left; "
-                    f"every rank must issue the same communication operations.\n")
+
+        gone = ", ".join(
+            f"rank {r} (host {m.get('host')}, pid {m.get('pid')})" for r, (_, m) in sorted(self.exited.items())
+        )
+        guard.abort(
+            ExitStatus.ERROR,
+            f"\nmnframe: {gone} exited (its interpreter ran its exit handlers: end of script "
+            f"or sys.exit) while {guard.where()} is waiting in {describe_op(_brief(cur))}. "
+            f"Aborting the job instead of hanging. Look at that rank's output for why it left; "
+            f"every rank must issue the same communication operations.\n",
+        )
 
     def announce_exit(self):
         """Tell every other rank that this interpreter is exiting (atexit)."""
@@ -362,9 +381,12 @@ class Watchdog:
         summaries = dict(self.summaries)
         summaries[self.rank] = mine
         from mnframe.runtime import guard
+
         if min(finished) == self.rank:
-            guard.abort(ExitStatus.COLLECTIVE_TIMEOUT,
-                        exit_report(summaries, finished, self.size, self.rank, timeout, report_dir()))
+            guard.abort(
+                ExitStatus.COLLECTIVE_TIMEOUT,
+                exit_report(summaries, finished, self.size, self.rank, timeout, report_dir()),
+            )
         time.sleep(COLLECT_S)  # the lowest finished rank prints the report and aborts the job
         guard.abort(ExitStatus.COLLECTIVE_TIMEOUT)
 
@@ -382,6 +404,7 @@ def write_record(summary, rank):
     try:
         os.makedirs(report_dir(), exist_ok=True)
         from mnframe.utils.fs import atomic_write_text
+
         atomic_write_text(path, json.dumps(record, indent=1, default=str), fsync=False)
     except Exception as exc:  # reporting must never prevent the abort
         sys.stderr.write(f"mnframe watchdog: could not write {path}: {exc}\n")
@@ -403,24 +426,31 @@ def timeout_report(summaries, size, rank, deadline, directory):
             same.append(r)
         else:
             elsewhere.append(s)
-    lines = [f"\n{'*' * 72}",
-             f"mnframe: collective timeout: {describe_op(op)} on rank {rank} has waited "
-             f"{op['elapsed_s']:.1f} s, past its {deadline:g} s deadline "
-             f"(set {ENV_TIMEOUT} or mnframe.runtime.watchdog.set_deadline()).",
-             f"  waiting in {op['op']}: ranks {', '.join(map(str, same))}"]
+    lines = [
+        f"\n{'*' * 72}",
+        f"mnframe: collective timeout: {describe_op(op)} on rank {rank} has waited "
+        f"{op['elapsed_s']:.1f} s, past its {deadline:g} s deadline "
+        f"(set {ENV_TIMEOUT} or mnframe.runtime.watchdog.set_deadline()).",
+        f"  waiting in {op['op']}: ranks {', '.join(map(str, same))}",
+    ]
     for s in never:
-        lines.append(f"  never arrived: rank {s['rank']} (host {s['host']}, pid {s['pid']}), "
-                     f"{describe_activity(s)}; its last finished operation: {describe_op(s['last'])}")
+        lines.append(
+            f"  never arrived: rank {s['rank']} (host {s['host']}, pid {s['pid']}), "
+            f"{describe_activity(s)}; its last finished operation: {describe_op(s['last'])}"
+        )
     for s in elsewhere:
         lines.append(f"  in a different operation: rank {s['rank']} in {describe_op(s['current'])}")
     if silent:
-        lines.append(f"  no answer from ranks {', '.join(map(str, silent))} (dead, or busy in native "
-                     f"code without releasing the GIL)")
+        lines.append(
+            f"  no answer from ranks {', '.join(map(str, silent))} (dead, or busy in native "
+            f"code without releasing the GIL)"
+        )
     if never or elsewhere or silent:
         missing = sorted([s["rank"] for s in never] + [s["rank"] for s in elsewhere] + silent)
         lines.append(f"  => ranks that never arrived in {op['op']}: {', '.join(map(str, missing))}")
-    lines.append(f"  per-rank records (last operations, Python stacks): "
-                 f"{os.path.join(directory, RECORD_PREFIX)}<rank>.json")
+    lines.append(
+        f"  per-rank records (last operations, Python stacks): {os.path.join(directory, RECORD_PREFIX)}<rank>.json"
+    )
     lines.append(f"{'*' * 72}\n")
     return "\n".join(lines)
 
@@ -428,29 +458,39 @@ def timeout_report(summaries, size, rank, deadline, directory):
 def exit_report(summaries, finished, size, rank, timeout, directory):
     """The verdict when ranks reached the end of the job but others did not, within the exit deadline."""
     me = summaries[rank]
-    lines = [f"\n{'*' * 72}",
-             f"mnframe: exit deadline: rank {rank} (host {me['host']}, pid {me['pid']}) reached the end of "
-             f"its script and waited {timeout:g} s for the other ranks to get there "
-             f"(set {ENV_EXIT_TIMEOUT}; default: the collective deadline {ENV_TIMEOUT}).",
-             f"  finished: ranks {', '.join(map(str, sorted(finished)))}"]
+    lines = [
+        f"\n{'*' * 72}",
+        f"mnframe: exit deadline: rank {rank} (host {me['host']}, pid {me['pid']}) reached the end of "
+        f"its script and waited {timeout:g} s for the other ranks to get there "
+        f"(set {ENV_EXIT_TIMEOUT}; default: the collective deadline {ENV_TIMEOUT}).",
+        f"  finished: ranks {', '.join(map(str, sorted(finished)))}",
+    ]
     for r in range(size):
         if r in finished:
             continue
         s = summaries.get(r)
         if s is None:
-            lines.append(f"  did not finish: rank {r}, no answer (dead, or busy in native code without "
-                         f"releasing the GIL)")
+            lines.append(
+                f"  did not finish: rank {r}, no answer (dead, or busy in native code without releasing the GIL)"
+            )
         elif s.get("current") is not None:
-            lines.append(f"  did not finish: rank {r} (host {s['host']}, pid {s['pid']}), waiting in "
-                         f"{describe_op(s['current'])} that no finished rank will join")
+            lines.append(
+                f"  did not finish: rank {r} (host {s['host']}, pid {s['pid']}), waiting in "
+                f"{describe_op(s['current'])} that no finished rank will join"
+            )
         else:
-            lines.append(f"  did not finish: rank {r} (host {s['host']}, pid {s['pid']}), "
-                         f"{describe_activity(s)}; its last finished operation: {describe_op(s['last'])}")
+            lines.append(
+                f"  did not finish: rank {r} (host {s['host']}, pid {s['pid']}), "
+                f"{describe_activity(s)}; its last finished operation: {describe_op(s['last'])}"
+            )
     missing = [r for r in range(size) if r not in finished]
-    lines.append(f"  => ranks that never reached the end: {', '.join(map(str, missing))}; aborting the job "
-                 f"(exit status {int(ExitStatus.COLLECTIVE_TIMEOUT)})")
-    lines.append(f"  per-rank records (last operations, Python stacks): "
-                 f"{os.path.join(directory, RECORD_PREFIX)}<rank>.json")
+    lines.append(
+        f"  => ranks that never reached the end: {', '.join(map(str, missing))}; aborting the job "
+        f"(exit status {int(ExitStatus.COLLECTIVE_TIMEOUT)})"
+    )
+    lines.append(
+        f"  per-rank records (last operations, Python stacks): {os.path.join(directory, RECORD_PREFIX)}<rank>.json"
+    )
     lines.append(f"{'*' * 72}\n")
     return "\n".join(lines)
 
@@ -462,6 +502,7 @@ def start(mpi_comm):
         atexit.register(_announce_exit_at_exit)
         if mpi_comm.Get_size() > 1:
             from mnframe.runtime import sentinel
+
             sentinel.start(mpi_comm.Get_rank())
     return _active["watchdog"]
 
@@ -481,6 +522,7 @@ def _announce_exit_at_exit():
     wd = _active["watchdog"]
     mpi = sys.modules.get("mpi4py.MPI")
     from mnframe.runtime import sentinel
+
     if wd is None or mpi is None or mpi.Is_finalized():
         sentinel.explained()
         return

@@ -1,4 +1,5 @@
 """ChainerMN's module path ``chainermn.testing.device``: ``get_device`` for tests."""
+
 import chainer
 
 

@@ -3,6 +3,7 @@
 A hang is a failure, not a stuck CI: the whole process group is killed when the
 timeout passes and the result says so. Used by the test-suite and by bench/.
 """
+
 import dataclasses
 import os
 import shutil
@@ -60,8 +61,9 @@ def run_mpi(args, n, timeout=120, env=None, cwd=None, python=True, signal_after=
         else:
             full_env[key] = value
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=full_env, cwd=cwd, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd, start_new_session=True
+    )
     timed_out = False
     try:
         if signal_after is not None:

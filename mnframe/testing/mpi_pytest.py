@@ -6,6 +6,7 @@ the whole job at once; the launcher that started the job reports it. Tests are
 collected in the same order on every rank. A conftest uses them with
 ``from mnframe.testing.mpi_pytest import *``.
 """
+
 import sys
 
 __all__ = ["pytest_runtest_logreport", "pytest_collection_modifyitems"]
@@ -14,6 +15,7 @@ __all__ = ["pytest_runtest_logreport", "pytest_collection_modifyitems"]
 def pytest_runtest_logreport(report):
     if report.failed:
         from mpi4py import MPI
+
         rank = MPI.COMM_WORLD.rank
         sys.stderr.write(f"\n===== rank {rank}: {report.nodeid} FAILED ({report.when}) =====\n")
         sys.stderr.write(report.longreprtext + "\n")

@@ -1,5 +1,6 @@
 """Read TensorBoard event files back (tests of ``logger=tensorboard``), with only
 tensorboardX's protobuf classes: no TensorFlow or tensorboard package needed."""
+
 import struct
 from pathlib import Path
 from typing import Dict
@@ -13,8 +14,8 @@ def read_scalars(path) -> Dict[str, Dict[int, float]]:
     out: Dict[str, Dict[int, float]] = {}
     data, pos = Path(path).read_bytes(), 0
     while pos < len(data):
-        (length,) = struct.unpack("<Q", data[pos:pos + 8])
-        event = Event.FromString(data[pos + 12:pos + 12 + length])
+        (length,) = struct.unpack("<Q", data[pos : pos + 8])
+        event = Event.FromString(data[pos + 12 : pos + 12 + length])
         pos += 12 + length + 4
         for value in event.summary.value:
             out.setdefault(value.tag, {})[event.step] = value.simple_value

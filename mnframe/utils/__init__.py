@@ -4,6 +4,7 @@
 collectives on a communicator's ``mpi_comm``, recorded in the op log, and
 helpers to share a verdict so every rank raises the same error.
 """
+
 from mnframe.utils.fs import atomic_path, atomic_write_bytes, atomic_write_text, fsync_dir
 
 __all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "fsync_dir"]

@@ -9,12 +9,22 @@ a pickling failure raised on every rank); each call is recorded in the op log
 under its caller's name, so the collective watchdog can enforce its deadline
 and name the operation a stuck rank is in.
 """
+
 import numpy
 
 from mnframe.runtime import oplog
 
-__all__ = ["mpi_comm_of", "allreduce_sum", "allgather_array", "allgather_obj", "bcast_obj",
-           "send_obj", "recv_obj", "all_agree", "share_verdict"]
+__all__ = [
+    "mpi_comm_of",
+    "allreduce_sum",
+    "allgather_array",
+    "allgather_obj",
+    "bcast_obj",
+    "send_obj",
+    "recv_obj",
+    "all_agree",
+    "share_verdict",
+]
 
 
 def mpi_comm_of(comm):
@@ -24,8 +34,10 @@ def mpi_comm_of(comm):
         return mpi_comm
     if hasattr(comm, "Allreduce") and hasattr(comm, "Get_rank"):
         return comm  # already an mpi4py communicator
-    raise TypeError(f"expected a mnframe communicator (with .mpi_comm) or an mpi4py Comm, "
-                    f"got {type(comm).__name__}; create one with mnframe.create_communicator()")
+    raise TypeError(
+        f"expected a mnframe communicator (with .mpi_comm) or an mpi4py Comm, "
+        f"got {type(comm).__name__}; create one with mnframe.create_communicator()"
+    )
 
 
 def allreduce_sum(comm, array, name="allreduce"):

@@ -7,6 +7,7 @@ fsyncs the data, renames it onto the target and fsyncs the directory so the
 rename itself survives a power loss. Readers therefore see either the old file
 or the complete new one, never a prefix.
 """
+
 import contextlib
 import os
 import tempfile
@@ -76,7 +77,8 @@ def atomic_path(path, fsync=True):
         if not os.path.exists(tmp):
             raise FileNotFoundError(
                 f"atomic_path: the temporary file {tmp!r} vanished before it could be published "
-                f"as {path!r}; write to the yielded path, do not move it")
+                f"as {path!r}; write to the yielded path, do not move it"
+            )
         if fsync:
             _fsync_file(tmp)
         os.replace(tmp, path)

@@ -9,6 +9,7 @@ first error. ``load_arrays`` opens an ``.npz`` data file and turns NumPy's
 misleading "Cannot load file containing pickled data" for a file that is not
 an ``.npz`` into a message naming the file and what was expected.
 """
+
 import zipfile
 
 import numpy
@@ -60,18 +61,24 @@ class NotAnNpzFile(ConfigError):
 def load_arrays(path, keys, what="data file"):
     """{key: array} for ``keys`` from the ``.npz`` at ``path``; NotAnNpzFile naming the file otherwise."""
     if not zipfile.is_zipfile(path):
-        raise NotAnNpzFile(f"{path} is not a NumPy .npz archive (a zip file written by numpy.savez); "
-                           f"expected a {what} holding the arrays {', '.join(map(repr, keys))}")
+        raise NotAnNpzFile(
+            f"{path} is not a NumPy .npz archive (a zip file written by numpy.savez); "
+            f"expected a {what} holding the arrays {', '.join(map(repr, keys))}"
+        )
     try:
         with numpy.load(path, allow_pickle=False) as archive:
             missing = [k for k in keys if k not in archive.files]
             if missing:
-                raise NotAnNpzFile(f"{path} has no array {', '.join(map(repr, missing))} (it holds "
-                                   f"{', '.join(map(repr, archive.files)) or 'nothing'}); expected a {what} "
-                                   f"holding {', '.join(map(repr, keys))}")
+                raise NotAnNpzFile(
+                    f"{path} has no array {', '.join(map(repr, missing))} (it holds "
+                    f"{', '.join(map(repr, archive.files)) or 'nothing'}); expected a {what} "
+                    f"holding {', '.join(map(repr, keys))}"
+                )
             return {k: archive[k] for k in keys}
     except NotAnNpzFile:
         raise
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise NotAnNpzFile(f"{path} cannot be read as a NumPy .npz archive ({type(exc).__name__}: {exc}); "
-                           f"expected a {what} holding {', '.join(map(repr, keys))}") from None
+        raise NotAnNpzFile(
+            f"{path} cannot be read as a NumPy .npz archive ({type(exc).__name__}: {exc}); "
+            f"expected a {what} holding {', '.join(map(repr, keys))}"
+        ) from None

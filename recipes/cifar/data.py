@@ -8,6 +8,7 @@ otherwise ``synthetic=True`` generates ``n_synthetic`` deterministic random
 images (and a quarter as many test images) so that no download is needed.
 Images are float32 (3, 32, 32) in [0, 1], labels int32.
 """
+
 import os
 import pickle
 
@@ -25,8 +26,10 @@ def get_datasets(path=None, synthetic=True, n_synthetic=512):
     if path is not None:
         return _local(os.path.expanduser(str(path)))
     if not synthetic:
-        raise ValueError("the cifar recipe needs data: set dataset path to a CIFAR-10 directory "
-                         "(cifar-10-batches-py or one holding cifar-10.npz), or synthetic=true")
+        raise ValueError(
+            "the cifar recipe needs data: set dataset path to a CIFAR-10 directory "
+            "(cifar-10-batches-py or one holding cifar-10.npz), or synthetic=true"
+        )
     rng = np.random.RandomState(SYNTHETIC_SEED)
     n_test = max(1, n_synthetic // 4)
     x = rng.uniform(0, 1, size=(n_synthetic + n_test, 3, 32, 32)).astype(np.float32)
@@ -35,26 +38,30 @@ def get_datasets(path=None, synthetic=True, n_synthetic=512):
 
 
 def _local(path):
-    npz = path if path.endswith('.npz') else os.path.join(path, 'cifar-10.npz')
-    batches = [os.path.join(path, f'data_batch_{i}') for i in range(1, 6)]
-    test_batch = os.path.join(path, 'test_batch')
+    npz = path if path.endswith(".npz") else os.path.join(path, "cifar-10.npz")
+    batches = [os.path.join(path, f"data_batch_{i}") for i in range(1, 6)]
+    test_batch = os.path.join(path, "test_batch")
     if os.path.isfile(npz):
-        z = load_arrays(npz, ('train_x', 'train_y', 'test_x', 'test_y'), what="Chainer cifar-10.npz")
-        return _dataset(z['train_x'], z['train_y']), _dataset(z['test_x'], z['test_y'])
+        z = load_arrays(npz, ("train_x", "train_y", "test_x", "test_y"), what="Chainer cifar-10.npz")
+        return _dataset(z["train_x"], z["train_y"]), _dataset(z["test_x"], z["test_y"])
     if all(os.path.isfile(f) for f in batches + [test_batch]):
         train = [_read_batch(f) for f in batches]
         test_x, test_y = _read_batch(test_batch)
-        return (_dataset(np.concatenate([b[0] for b in train]), np.concatenate([b[1] for b in train])),
-                _dataset(test_x, test_y))
-    raise FileNotFoundError(f"no CIFAR-10 data at {path!r}: expected {npz} or the pickle batches "
-                            f"data_batch_1..data_batch_5 and test_batch in that directory "
-                            f"(cifar-10-batches-py); or leave path unset to use synthetic images")
+        return (
+            _dataset(np.concatenate([b[0] for b in train]), np.concatenate([b[1] for b in train])),
+            _dataset(test_x, test_y),
+        )
+    raise FileNotFoundError(
+        f"no CIFAR-10 data at {path!r}: expected {npz} or the pickle batches "
+        f"data_batch_1..data_batch_5 and test_batch in that directory "
+        f"(cifar-10-batches-py); or leave path unset to use synthetic images"
+    )
 
 
 def _read_batch(filename):
-    with open(filename, 'rb') as f:
-        d = pickle.load(f, encoding='bytes')
-    return np.asarray(d[b'data']), np.asarray(d[b'labels'])
+    with open(filename, "rb") as f:
+        d = pickle.load(f, encoding="bytes")
+    return np.asarray(d[b"data"]), np.asarray(d[b"labels"])
 
 
 def _dataset(x, y):

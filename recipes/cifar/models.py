@@ -5,16 +5,32 @@ five max-poolings and two fully connected layers. ``width`` scales every
 channel count so that CI can run a tiny version. It returns logits: the recipe
 wraps it in ``L.Classifier``.
 """
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
 
 # (out channels at width 1, dropout after the block or None); 'M' = 2x2 max-pooling
-_LAYOUT = ((64, 0.3), (64, None), 'M',
-           (128, 0.4), (128, None), 'M',
-           (256, 0.4), (256, 0.4), (256, None), 'M',
-           (512, 0.4), (512, 0.4), (512, None), 'M',
-           (512, 0.4), (512, 0.4), (512, None), 'M')
+_LAYOUT = (
+    (64, 0.3),
+    (64, None),
+    "M",
+    (128, 0.4),
+    (128, None),
+    "M",
+    (256, 0.4),
+    (256, 0.4),
+    (256, None),
+    "M",
+    (512, 0.4),
+    (512, 0.4),
+    (512, None),
+    "M",
+    (512, 0.4),
+    (512, 0.4),
+    (512, None),
+    "M",
+)
 
 
 class Block(chainer.Chain):
@@ -43,14 +59,14 @@ class VGG(chainer.Chain):
         self._plan = []  # ('block', name, dropout) or ('pool',)
         with self.init_scope():
             for i, item in enumerate(_LAYOUT):
-                if item == 'M':
-                    self._plan.append(('pool', None, None))
+                if item == "M":
+                    self._plan.append(("pool", None, None))
                     continue
                 channels, dropout = item
                 channels = max(1, int(round(channels * width)))
-                name = f'block{i}'
+                name = f"block{i}"
                 setattr(self, name, make_block(in_channels, channels))
-                self._plan.append(('block', name, dropout))
+                self._plan.append(("block", name, dropout))
                 in_channels = channels
             fc_units = max(1, int(round(512 * width)))
             self.fc1 = L.Linear(None, fc_units, nobias=True)
@@ -60,7 +76,7 @@ class VGG(chainer.Chain):
     def forward(self, x):
         h = x
         for kind, name, dropout in self._plan:
-            if kind == 'pool':
+            if kind == "pool":
                 h = F.max_pooling_2d(h, ksize=2, stride=2)
                 continue
             h = getattr(self, name)(h)

@@ -7,13 +7,14 @@ optional evaluator or pipelines that always expect ``(train, test)``. ``path`` (
 .png/.jpg files, read with Pillow, converted to RGB and resized) wins over
 ``synthetic``; synthetic images are deterministic smooth random patterns.
 """
+
 import glob
 import os
 
-import numpy as np
 import chainer
+import numpy as np
 
-IMAGE_PATTERNS = ('*.png', '*.jpg', '*.jpeg', '*.PNG', '*.JPG', '*.JPEG')
+IMAGE_PATTERNS = ("*.png", "*.jpg", "*.jpeg", "*.PNG", "*.JPG", "*.JPEG")
 SYNTHETIC_SEED = 0
 
 
@@ -30,7 +31,7 @@ class ImageDirectoryDataset(chainer.dataset.DatasetMixin):
         from PIL import Image
 
         with Image.open(self.paths[i]) as img:
-            img = img.convert('RGB').resize((self.size, self.size))
+            img = img.convert("RGB").resize((self.size, self.size))
             x = np.asarray(img, dtype=np.float32).transpose(2, 0, 1)
         return x / 127.5 - 1.0
 
@@ -44,9 +45,11 @@ def get_datasets(path=None, synthetic=True, n_synthetic=256, size=32):
         path = os.path.expanduser(str(path))
         files = sorted(f for pattern in IMAGE_PATTERNS for f in glob.glob(os.path.join(path, pattern)))
         if not files:
-            raise FileNotFoundError(f"no images ({', '.join(IMAGE_PATTERNS)}) in {path!r}: point dataset "
-                                    f"path at a directory of images, or leave it unset for synthetic data")
-        return ImageDirectoryDataset(files, size), ImageDirectoryDataset(files[:_n_test(len(files))], size)
+            raise FileNotFoundError(
+                f"no images ({', '.join(IMAGE_PATTERNS)}) in {path!r}: point dataset "
+                f"path at a directory of images, or leave it unset for synthetic data"
+            )
+        return ImageDirectoryDataset(files, size), ImageDirectoryDataset(files[: _n_test(len(files))], size)
     if not synthetic:
         raise ValueError("the dcgan recipe needs data: set dataset path to an image directory or synthetic=true")
     rng = np.random.RandomState(SYNTHETIC_SEED)
@@ -55,7 +58,7 @@ def get_datasets(path=None, synthetic=True, n_synthetic=256, size=32):
     reps = -(-size // 4)
     images = np.repeat(np.repeat(coarse, reps, axis=2), reps, axis=3)[:, :, :size, :size]
     images = np.ascontiguousarray(images)
-    return images, images[:_n_test(len(images))]
+    return images, images[: _n_test(len(images))]
 
 
 def _n_test(n):

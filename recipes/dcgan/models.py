@@ -5,10 +5,11 @@ square image in [-1, 1] through one Linear and four deconvolutions; the
 discriminator mirrors it with strided convolutions and returns one logit per
 image. ``ch`` (the widest channel count, 512 in the example) makes them small.
 """
-import numpy as np
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
+import numpy as np
 
 
 class Generator(chainer.Chain):

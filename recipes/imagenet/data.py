@@ -10,18 +10,19 @@ training, the center for validation) and scales to [0, 1).
 same on every rank and every run, generated per index so nothing large is held
 in memory): for benchmarks and CI, where no ImageNet is at hand.
 """
+
 import os
 import random
 
-import numpy as np
 import chainer
+import numpy as np
 from chainer.datasets import LabeledImageDataset
 
 from mnframe.recipes import blame
 
 # Per-channel ImageNet mean (RGB, 0..255), used when no mean file is given.
 IMAGENET_CHANNEL_MEAN = np.array([123.68, 116.78, 103.94], dtype=np.float32)
-SYNTHETIC_SEED = {'train': 0, 'val': 1}
+SYNTHETIC_SEED = {"train": 0, "val": 1}
 
 
 class CroppedImageDataset(chainer.dataset.DatasetMixin):
@@ -47,8 +48,10 @@ class CroppedImageDataset(chainer.dataset.DatasetMixin):
         _, h, w = image.shape
         size = self.crop_size
         if h < size or w < size:
-            raise ValueError(f"image {i} is {h}x{w}, smaller than the crop size {size}: "
-                             f"resize the images (e.g. to 256x256) or lower insize")
+            raise ValueError(
+                f"image {i} is {h}x{w}, smaller than the crop size {size}: "
+                f"resize the images (e.g. to 256x256) or lower insize"
+            )
         if self.random:
             top, left = random.randint(0, h - size), random.randint(0, w - size)
         else:
@@ -77,13 +80,12 @@ class SyntheticImageDataset(chainer.dataset.DatasetMixin):
         return self.n
 
     def get_example(self, i):
-        rng = np.random.RandomState((self.seed * 1000003 + i) % (2 ** 32))
+        rng = np.random.RandomState((self.seed * 1000003 + i) % (2**32))
         image = rng.randint(0, 256, size=(3, self.size, self.size)).astype(np.float32)
         return image, self.labels[i]
 
 
-def get_datasets(train=None, val=None, root='.', mean=None, synthetic=False, n_synthetic=256,
-                 insize=224, n_class=1000):
+def get_datasets(train=None, val=None, root=".", mean=None, synthetic=False, n_synthetic=256, insize=224, n_class=1000):
     """Return ``(train, val)`` datasets of ``(float32 image (3, insize, insize), int32 label)``.
 
     ``train``/``val``: file lists for ``LabeledImageDataset``; ``root``: the
@@ -92,23 +94,34 @@ def get_datasets(train=None, val=None, root='.', mean=None, synthetic=False, n_s
     """
     mean_array = _load_mean(mean)
     if synthetic:
-        bases = (SyntheticImageDataset(n_synthetic, insize, n_class, SYNTHETIC_SEED['train']),
-                 SyntheticImageDataset(max(1, n_synthetic // 4), insize, n_class, SYNTHETIC_SEED['val']))
+        bases = (
+            SyntheticImageDataset(n_synthetic, insize, n_class, SYNTHETIC_SEED["train"]),
+            SyntheticImageDataset(max(1, n_synthetic // 4), insize, n_class, SYNTHETIC_SEED["val"]),
+        )
     else:
-        lists = {'train': train, 'val': val}
-        missing = [name for name, path in lists.items()
-                   if path is None or not os.path.isfile(os.path.expanduser(str(path)))]
+        lists = {"train": train, "val": val}
+        missing = [
+            name for name, path in lists.items() if path is None or not os.path.isfile(os.path.expanduser(str(path)))
+        ]
         if missing:
-            given = ', '.join(f"{name}={lists[name]!r}" for name in missing)
-            raise blame(tuple(missing), FileNotFoundError(
-                f"imagenet file lists not found ({given}): give train and val as files "
-                f"of 'relative/path.jpg label' lines (paths relative to root={root!r}), "
-                f"or set synthetic=true to benchmark on generated images"))
+            given = ", ".join(f"{name}={lists[name]!r}" for name in missing)
+            raise blame(
+                tuple(missing),
+                FileNotFoundError(
+                    f"imagenet file lists not found ({given}): give train and val as files "
+                    f"of 'relative/path.jpg label' lines (paths relative to root={root!r}), "
+                    f"or set synthetic=true to benchmark on generated images"
+                ),
+            )
         root = os.path.expanduser(str(root))
-        bases = (LabeledImageDataset(os.path.expanduser(str(train)), root),
-                 LabeledImageDataset(os.path.expanduser(str(val)), root))
-    return (CroppedImageDataset(bases[0], mean_array, insize, random=True),
-            CroppedImageDataset(bases[1], mean_array, insize, random=False))
+        bases = (
+            LabeledImageDataset(os.path.expanduser(str(train)), root),
+            LabeledImageDataset(os.path.expanduser(str(val)), root),
+        )
+    return (
+        CroppedImageDataset(bases[0], mean_array, insize, random=True),
+        CroppedImageDataset(bases[1], mean_array, insize, random=False),
+    )
 
 
 def _load_mean(mean):
@@ -116,7 +129,11 @@ def _load_mean(mean):
         return IMAGENET_CHANNEL_MEAN
     path = os.path.expanduser(str(mean))
     if not os.path.isfile(path):
-        raise blame('mean', FileNotFoundError(
-            f"mean file {path!r} not found: compute it with Chainer's compute_mean.py (a (3, H, W) "
-            f".npy), or leave mean unset to use the per-channel ImageNet mean"))
+        raise blame(
+            "mean",
+            FileNotFoundError(
+                f"mean file {path!r} not found: compute it with Chainer's compute_mean.py (a (3, H, W) "
+                f".npy), or leave mean unset to use the per-channel ImageNet mean"
+            ),
+        )
     return np.load(path).astype(np.float32)

@@ -9,6 +9,7 @@ Two deliberate differences from the original example, both for small runs:
 CI smoke tests), and the last spatial pooling is global, so any ``insize`` that
 survives the strides (e.g. 64) works for synthetic-data benchmarks.
 """
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
@@ -31,7 +32,7 @@ class _ImageNetModel(chainer.Chain):
     def __call__(self, x, t):
         y = self.predict(x)
         loss = F.softmax_cross_entropy(y, t)
-        chainer.report({'loss': loss, 'accuracy': F.accuracy(y, t)}, self)
+        chainer.report({"loss": loss, "accuracy": F.accuracy(y, t)}, self)
         return loss
 
 
@@ -104,16 +105,16 @@ class GoogLeNetBN(_ImageNetModel):
             self.norm1 = L.BatchNormalization(c(64))
             self.conv2 = L.Convolution2D(None, c(192), 3, pad=1, nobias=True)
             self.norm2 = L.BatchNormalization(c(192))
-            self.inc3a = L.InceptionBN(None, c(64), c(64), c(64), c(64), c(96), 'avg', c(32))
-            self.inc3b = L.InceptionBN(None, c(64), c(64), c(96), c(64), c(96), 'avg', c(64))
-            self.inc3c = L.InceptionBN(None, 0, c(128), c(160), c(64), c(96), 'max', stride=2)
-            self.inc4a = L.InceptionBN(None, c(224), c(64), c(96), c(96), c(128), 'avg', c(128))
-            self.inc4b = L.InceptionBN(None, c(192), c(96), c(128), c(96), c(128), 'avg', c(128))
-            self.inc4c = L.InceptionBN(None, c(128), c(128), c(160), c(128), c(160), 'avg', c(128))
-            self.inc4d = L.InceptionBN(None, c(64), c(128), c(192), c(160), c(192), 'avg', c(128))
-            self.inc4e = L.InceptionBN(None, 0, c(128), c(192), c(192), c(256), 'max', stride=2)
-            self.inc5a = L.InceptionBN(None, c(352), c(192), c(320), c(160), c(224), 'avg', c(128))
-            self.inc5b = L.InceptionBN(None, c(352), c(192), c(320), c(192), c(224), 'max', c(128))
+            self.inc3a = L.InceptionBN(None, c(64), c(64), c(64), c(64), c(96), "avg", c(32))
+            self.inc3b = L.InceptionBN(None, c(64), c(64), c(96), c(64), c(96), "avg", c(64))
+            self.inc3c = L.InceptionBN(None, 0, c(128), c(160), c(64), c(96), "max", stride=2)
+            self.inc4a = L.InceptionBN(None, c(224), c(64), c(96), c(96), c(128), "avg", c(128))
+            self.inc4b = L.InceptionBN(None, c(192), c(96), c(128), c(96), c(128), "avg", c(128))
+            self.inc4c = L.InceptionBN(None, c(128), c(128), c(160), c(128), c(160), "avg", c(128))
+            self.inc4d = L.InceptionBN(None, c(64), c(128), c(192), c(160), c(192), "avg", c(128))
+            self.inc4e = L.InceptionBN(None, 0, c(128), c(192), c(192), c(256), "max", stride=2)
+            self.inc5a = L.InceptionBN(None, c(352), c(192), c(320), c(160), c(224), "avg", c(128))
+            self.inc5b = L.InceptionBN(None, c(352), c(192), c(320), c(192), c(224), "max", c(128))
             self.out = L.Linear(None, n_class)
 
             self.conva = L.Convolution2D(None, c(128), 1, nobias=True)
@@ -154,7 +155,7 @@ class GoogLeNetBN(_ImageNetModel):
             ya = self._aux(a, self.conva, self.norma, self.lina, self.norma2, self.outa)
             yb = self._aux(b, self.convb, self.normb, self.linb, self.normb2, self.outb)
             loss = loss + 0.3 * (F.softmax_cross_entropy(ya, t) + F.softmax_cross_entropy(yb, t))
-        chainer.report({'loss': loss, 'accuracy': F.accuracy(y, t)}, self)
+        chainer.report({"loss": loss, "accuracy": F.accuracy(y, t)}, self)
         return loss
 
 
@@ -186,8 +187,7 @@ class _Bottleneck(chainer.Chain):
 
 class _Stage(chainer.ChainList):
     def __init__(self, n_blocks, mid, out, stride):
-        super().__init__(*[_Bottleneck(mid, out, stride if i == 0 else 1, project=(i == 0))
-                           for i in range(n_blocks)])
+        super().__init__(*[_Bottleneck(mid, out, stride if i == 0 else 1, project=(i == 0)) for i in range(n_blocks)])
 
     def forward(self, x):
         for block in self:
@@ -204,8 +204,9 @@ class ResNet50(_ImageNetModel):
         super().__init__()
         c = lambda n: _ch(n, width)  # noqa: E731
         with self.init_scope():
-            self.conv1 = L.Convolution2D(None, c(64), 7, stride=2, pad=3,
-                                         initialW=chainer.initializers.HeNormal(), nobias=True)
+            self.conv1 = L.Convolution2D(
+                None, c(64), 7, stride=2, pad=3, initialW=chainer.initializers.HeNormal(), nobias=True
+            )
             self.bn1 = L.BatchNormalization(c(64))
             self.res2 = _Stage(3, c(64), c(256), 1)
             self.res3 = _Stage(4, c(128), c(512), 2)
@@ -220,4 +221,4 @@ class ResNet50(_ImageNetModel):
 
 
 # name -> class, for command lines and benchmarks that pick a model by name
-ARCHS = {'alex': AlexNet, 'nin': NIN, 'googlenetbn': GoogLeNetBN, 'resnet50': ResNet50}
+ARCHS = {"alex": AlexNet, "nin": NIN, "googlenetbn": GoogLeNetBN, "resnet50": ResNet50}

@@ -15,6 +15,7 @@ Two sources, chosen by ``source``:
 Both return ``(train, test)`` as ``chainer.datasets.TupleDataset`` of flat
 float32 vectors and int32 labels, like ``chainer.datasets.get_mnist()``.
 """
+
 import importlib.util
 import os
 
@@ -28,7 +29,7 @@ DIGITS_N_TEST = 297  # 1797 = 1500 train + 297 test
 DIGITS_SPLIT_SEED = 0
 
 
-def get_datasets(source='digits', path=None):
+def get_datasets(source="digits", path=None):
     """Return ``(train, test)`` for ``source`` ('digits' or 'mnist')."""
     loader = _SOURCES.get(source)
     if loader is None:
@@ -57,6 +58,7 @@ def _digits(path=None):
         data, target = raw[:, :-1], raw[:, -1].astype(int)
     else:
         from sklearn.datasets import load_digits  # raises a clear ImportError without scikit-learn
+
         bunch = load_digits()
         data, target = bunch.data, bunch.target
     x = (data / 16.0).astype(np.float32)
@@ -68,30 +70,38 @@ def _digits(path=None):
 
 def _mnist(path=None):
     if path is None:
-        raise blame('path', ValueError(
-            "the 'mnist' source needs a path: set dataset path to a directory holding train.npz and "
-            "test.npz (Chainer's cache, e.g. ~/.chainer/dataset/pfnet/chainer/mnist) or to Keras' mnist.npz"))
+        raise blame(
+            "path",
+            ValueError(
+                "the 'mnist' source needs a path: set dataset path to a directory holding train.npz and "
+                "test.npz (Chainer's cache, e.g. ~/.chainer/dataset/pfnet/chainer/mnist) or to Keras' mnist.npz"
+            ),
+        )
     path = os.path.expanduser(str(path))
-    keras_file = path if path.endswith('.npz') else os.path.join(path, 'mnist.npz')
-    chainer_files = (os.path.join(path, 'train.npz'), os.path.join(path, 'test.npz'))
+    keras_file = path if path.endswith(".npz") else os.path.join(path, "mnist.npz")
+    chainer_files = (os.path.join(path, "train.npz"), os.path.join(path, "test.npz"))
     try:
         if all(os.path.isfile(f) for f in chainer_files):
             splits = []
             for f in chainer_files:
-                z = load_arrays(f, ('x', 'y'), what="Chainer MNIST cache file")
-                splits.append((z['x'], z['y']))
+                z = load_arrays(f, ("x", "y"), what="Chainer MNIST cache file")
+                splits.append((z["x"], z["y"]))
         elif os.path.isfile(keras_file):
-            z = load_arrays(keras_file, ('x_train', 'y_train', 'x_test', 'y_test'), what="Keras mnist.npz")
-            splits = [(z['x_train'], z['y_train']), (z['x_test'], z['y_test'])]
+            z = load_arrays(keras_file, ("x_train", "y_train", "x_test", "y_test"), what="Keras mnist.npz")
+            splits = [(z["x_train"], z["y_train"]), (z["x_test"], z["y_test"])]
         else:
             splits = None
     except OSError as exc:  # unreadable (a file that is not an .npz is NotAnNpzFile, a ConfigError naming it)
-        raise blame('path', exc)
+        raise blame("path", exc) from None
     if splits is None:
-        raise blame('path', FileNotFoundError(
-            f"no MNIST data at {path!r}: expected either {chainer_files[0]} and {chainer_files[1]} "
-            f"(arrays 'x', 'y', Chainer's cache layout) or {keras_file} (Keras' layout with "
-            f"'x_train', 'y_train', 'x_test', 'y_test'); or use source='digits' which needs no files"))
+        raise blame(
+            "path",
+            FileNotFoundError(
+                f"no MNIST data at {path!r}: expected either {chainer_files[0]} and {chainer_files[1]} "
+                f"(arrays 'x', 'y', Chainer's cache layout) or {keras_file} (Keras' layout with "
+                f"'x_train', 'y_train', 'x_test', 'y_test'); or use source='digits' which needs no files"
+            ),
+        )
     return tuple(_as_tuple_dataset(x, y) for x, y in splits)
 
 
@@ -102,4 +112,4 @@ def _as_tuple_dataset(x, y):
     return TupleDataset(x, np.asarray(y).astype(np.int32))
 
 
-_SOURCES = {'digits': _digits, 'mnist': _mnist}
+_SOURCES = {"digits": _digits, "mnist": _mnist}

@@ -3,6 +3,7 @@
 Input sizes are inferred (``Linear(None, n)``), so the same class fits 8x8
 digits and 28x28 MNIST.
 """
+
 import chainer
 import chainer.functions as F
 import chainer.links as L

@@ -11,6 +11,7 @@ As in ChainerMN's model-parallel MNIST example, with two ranks:
 The components are plain Chains: the sends and receives are done by the
 ``MultiNodeChainList`` they are added to (``rank_in``/``rank_out``).
 """
+
 import chainer
 import chainer.functions as F
 import chainer.links as L

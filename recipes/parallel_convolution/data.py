@@ -3,6 +3,7 @@
 The same data as the cifar recipe (``mnframe.recipes.cifar.data``); in this recipe
 rank 0's batches are shared with every rank by the multi-node iterator.
 """
+
 from mnframe.recipes.cifar.data import get_datasets as _cifar_datasets
 
 

@@ -20,6 +20,7 @@ such convolutions; ``width`` scales the channels for small runs. ``comm`` is
 the communicator to split over (the runner passes the model communicator:
 the ranks that share each batch).
 """
+
 import math
 
 import chainer
@@ -41,8 +42,7 @@ class ParallelConvolution2D(chainer.Link):
         self.lo = min(rank * self.chunk, out_channels)
         self.hi = min(self.lo + self.chunk, out_channels)
         with self.init_scope():
-            self.W = chainer.Parameter(chainer.initializers.LeCunNormal(),
-                                       (out_channels, in_channels, ksize, ksize))
+            self.W = chainer.Parameter(chainer.initializers.LeCunNormal(), (out_channels, in_channels, ksize, ksize))
             self.b = None if nobias else chainer.Parameter(0, (out_channels,))
 
     def forward(self, x):
@@ -52,12 +52,12 @@ class ParallelConvolution2D(chainer.Link):
             w = self.W[:1] * 0
             b = None if self.b is None else self.b[:1] * 0
         else:
-            w, b = self.W[self.lo:self.hi], None if self.b is None else self.b[self.lo:self.hi]
+            w, b = self.W[self.lo : self.hi], None if self.b is None else self.b[self.lo : self.hi]
         y = F.convolution_2d(x, w, b, stride=self.stride, pad=self.pad)
         missing = self.chunk - y.shape[1]
         if missing:  # every rank must contribute the same shape to the allgather
-            y = F.pad(y, ((0, 0), (0, missing), (0, 0), (0, 0)), 'constant')
-        return F.concat(mnf.allgather(self.comm, y), axis=1)[:, :self.out_channels]
+            y = F.pad(y, ((0, 0), (0, missing), (0, 0), (0, 0)), "constant")
+        return F.concat(mnf.allgather(self.comm, y), axis=1)[:, : self.out_channels]
 
 
 class ParallelBlock(chainer.Chain):
@@ -77,5 +77,9 @@ class ParallelConvNet(VGG):
     """The CIFAR VGG with channel-parallel convolutions: ``ParallelConvNet(comm, n_class=10, width=1.0)``."""
 
     def __init__(self, comm, n_class=10, width=1.0, in_channels=3):
-        super().__init__(n_class=n_class, width=width, in_channels=in_channels,
-                         block=lambda cin, cout: ParallelBlock(comm, cin, cout))
+        super().__init__(
+            n_class=n_class,
+            width=width,
+            in_channels=in_channels,
+            block=lambda cin, cout: ParallelBlock(comm, cin, cout),
+        )

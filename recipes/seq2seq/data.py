@@ -6,6 +6,7 @@ the target of each is the same sequence reversed. All sequences have the same
 length so the default converter batches them into (batch, length) int32
 arrays. The data is a pure function of ``seed``: every rank generates the same.
 """
+
 import numpy as np
 from chainer.datasets import TupleDataset
 

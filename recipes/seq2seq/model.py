@@ -17,10 +17,11 @@ model-parallel group, so with several replicas each encoder talks to the
 decoder of its own group (``encoder_rank``/``decoder_rank`` are ranks of
 ``comm``).
 """
-import numpy as np
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
+import numpy as np
 
 
 def _embed_rows(embed, rows):
@@ -38,8 +39,7 @@ def _rows(x):
 class Encoder(chainer.Chain):
     """Source ids -> final LSTM states, sent to ``decoder_rank``; returns the delegate variable."""
 
-    def __init__(self, comm, n_layers=1, n_source_vocab=12, n_target_vocab=12, n_units=32,
-                 decoder_rank=1, dropout=0.1):
+    def __init__(self, comm, n_layers=1, n_source_vocab=12, n_target_vocab=12, n_units=32, decoder_rank=1, dropout=0.1):
         super().__init__()
         self.comm, self.decoder_rank = comm, decoder_rank
         with self.init_scope():
@@ -58,8 +58,7 @@ class Encoder(chainer.Chain):
 class Decoder(chainer.Chain):
     """Receives the encoder's states from ``encoder_rank`` and decodes the target sequence."""
 
-    def __init__(self, comm, n_layers=1, n_source_vocab=12, n_target_vocab=12, n_units=32,
-                 encoder_rank=0, dropout=0.1):
+    def __init__(self, comm, n_layers=1, n_source_vocab=12, n_target_vocab=12, n_units=32, encoder_rank=0, dropout=0.1):
         super().__init__()
         self.comm, self.encoder_rank = comm, encoder_rank
         with self.init_scope():
@@ -80,9 +79,10 @@ class Decoder(chainer.Chain):
         _, _, os = self.lstm(hx, cx, _embed_rows(self.embed_y, ys_in))
         logits = self.W(F.concat(os, axis=0))
         batch = len(ys)
-        loss = F.sum(F.softmax_cross_entropy(logits, ys_out, reduce='no')) / batch
+        loss = F.sum(F.softmax_cross_entropy(logits, ys_out, reduce="no")) / batch
         n_words = ys_out.shape[0]
-        chainer.report({'loss': loss,
-                        'perp': self.xp.exp(loss.array * batch / n_words),
-                        'accuracy': F.accuracy(logits, ys_out)}, self)
+        chainer.report(
+            {"loss": loss, "perp": self.xp.exp(loss.array * batch / n_words), "accuracy": F.accuracy(logits, ys_out)},
+            self,
+        )
         return loss

@@ -4,6 +4,7 @@ They run on a GPU machine with ``python -m pytest tests/gpu`` (see README,
 "GPU"). Tests that need one GPU per rank (NCCL refuses two ranks on one device)
 skip themselves when there are fewer GPUs.
 """
+
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -29,5 +30,6 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def cupy():
     import cupy
+
     cupy.cuda.Device(0).use()
     return cupy

@@ -10,6 +10,7 @@ test_gpu_shared.py checks what happens when ranks share a GPU (2 ranks, one
 GPU). The cases with one NCCL group over several GPUs need one GPU per rank
 and skip, saying so, on smaller machines.
 """
+
 import os
 from pathlib import Path
 
@@ -23,6 +24,7 @@ def gpu_count():
     if registry.cuda_problem():
         return 0
     import cupy
+
     return cupy.cuda.runtime.getDeviceCount()
 
 
@@ -37,8 +39,13 @@ FAKE1 = {"MNFRAME_FAKE_NODE_SIZE": "1"}
 CASES = [
     ("host-2", "test_gpu_comm.py", 2, {"MNFRAME_GPU_NAMES": HOST_NAMES}, 1),
     ("host-3", "test_gpu_comm.py", 3, {"MNFRAME_GPU_NAMES": HOST_NAMES}, 1),
-    ("host-2x2nodes", "test_gpu_comm.py", 4, {"MNFRAME_GPU_NAMES": "non_cuda_aware,flat",
-                                              "MNFRAME_FAKE_NODE_SIZE": "2"}, 1),
+    (
+        "host-2x2nodes",
+        "test_gpu_comm.py",
+        4,
+        {"MNFRAME_GPU_NAMES": "non_cuda_aware,flat", "MNFRAME_FAKE_NODE_SIZE": "2"},
+        1,
+    ),
     ("nccl-fake1-2", "test_gpu_comm.py", 2, {"MNFRAME_GPU_NAMES": FAKE_NODE_NAMES, **FAKE1}, 1),
     ("nccl-fake1-3", "test_gpu_comm.py", 3, {"MNFRAME_GPU_NAMES": FAKE_NODE_NAMES, **FAKE1}, 1),
     ("train-host-2", "test_gpu_train.py", 2, {"MNFRAME_GPU_NAMES": "non_cuda_aware"}, 1),
@@ -46,8 +53,13 @@ CASES = [
     ("train-nccl-fake1-3", "test_gpu_train.py", 3, {"MNFRAME_GPU_NAMES": "hierarchical", **FAKE1}, 1),
     ("shared-2", "test_gpu_shared.py", 2, {"CUDA_VISIBLE_DEVICES": "0"}, 1),  # both ranks on one GPU
     ("nccl-2", "test_gpu_comm.py", 2, {"MNFRAME_GPU_NAMES": NCCL_NAMES}, 2),
-    ("nccl-2x2nodes", "test_gpu_comm.py", 4, {"MNFRAME_GPU_NAMES": "hierarchical,two_dimensional,pure_nccl",
-                                              "MNFRAME_FAKE_NODE_SIZE": "2"}, 4),
+    (
+        "nccl-2x2nodes",
+        "test_gpu_comm.py",
+        4,
+        {"MNFRAME_GPU_NAMES": "hierarchical,two_dimensional,pure_nccl", "MNFRAME_FAKE_NODE_SIZE": "2"},
+        4,
+    ),
     ("train-nccl-2", "test_gpu_train.py", 2, {"MNFRAME_GPU_NAMES": "pure_nccl"}, 2),
 ]
 
@@ -58,9 +70,27 @@ def test_gpu_mpi_module(module, n, env, gpus):
     if have < gpus:
         pytest.skip(f"needs {gpus} GPUs (NCCL runs one rank per GPU), this machine has {have}")
     path = HERE / "mpi" / module
-    result = run_mpi(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
-                      "--rootdir", str(path.parent), "-c", "/dev/null", str(path)],
-                     n=n, timeout=TIMEOUT, env=env, cwd=str(HERE.parent.parent))
+    result = run_mpi(
+        [
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "--rootdir",
+            str(path.parent),
+            "-c",
+            "/dev/null",
+            str(path),
+        ],
+        n=n,
+        timeout=TIMEOUT,
+        env=env,
+        cwd=str(HERE.parent.parent),
+    )
     if result.timed_out:
         pytest.fail(f"{module} with {n} ranks timed out after {TIMEOUT}s\n{result.output[-6000:]}")
     assert result.returncode == 0, f"{module} with {n} ranks exited {result.returncode}\n{result.output[-8000:]}"

@@ -9,11 +9,11 @@ one rank returns early, so the strategies are called directly
 (``comm._reducer_for("cupy").mean``). Cross-rank averaging on one GPU, with
 real NCCL calls: tests/gpu/test_gpu_mpi.py (MNFRAME_FAKE_NODE_SIZE=1).
 """
-import numpy as np
-import pytest
 
 import chainer
 import chainer.links as L
+import numpy as np
+import pytest
 
 import mnframe as chainermn
 from mnframe.communicators import packing, registry
@@ -28,12 +28,25 @@ class Net(chainer.Chain):
     def __init__(self, dtype):
         super().__init__()
         with self.init_scope():
-            self.a = L.Linear(7, 5, initialW=chainer.initializers.Normal(1.0, dtype=dtype),
-                              initial_bias=chainer.initializers.Zero(dtype))
-            self.b = L.Convolution2D(3, 4, 3, initialW=chainer.initializers.Normal(1.0, dtype=dtype),
-                                     initial_bias=chainer.initializers.Zero(dtype))
-            self.c = L.Linear(5, 1, initialW=chainer.initializers.Normal(1.0, dtype=dtype),
-                              initial_bias=chainer.initializers.Zero(dtype))
+            self.a = L.Linear(
+                7,
+                5,
+                initialW=chainer.initializers.Normal(1.0, dtype=dtype),
+                initial_bias=chainer.initializers.Zero(dtype),
+            )
+            self.b = L.Convolution2D(
+                3,
+                4,
+                3,
+                initialW=chainer.initializers.Normal(1.0, dtype=dtype),
+                initial_bias=chainer.initializers.Zero(dtype),
+            )
+            self.c = L.Linear(
+                5,
+                1,
+                initialW=chainer.initializers.Normal(1.0, dtype=dtype),
+                initial_bias=chainer.initializers.Zero(dtype),
+            )
 
 
 def _model(cupy, dtype, seed=0):
@@ -46,8 +59,10 @@ def _model(cupy, dtype, seed=0):
 
 
 def _grads(model):
-    return {n: None if p.grad is None else chainer.backend.CpuDevice().send(p.grad).copy()
-            for n, p in sorted(model.namedparams())}
+    return {
+        n: None if p.grad is None else chainer.backend.CpuDevice().send(p.grad).copy()
+        for n, p in sorted(model.namedparams())
+    }
 
 
 def _direct_mean(comm, model, zero_fill=False):
@@ -88,8 +103,13 @@ def test_dtype_combinations(cupy, name, model_dtype, wire, batched):
     for n, p in sorted(model.namedparams()):
         assert p.grad.dtype == p.array.dtype, n  # each gradient keeps its parameter's dtype
         got = cupy.asnumpy(p.grad).astype(np.float64)
-        np.testing.assert_allclose(got, before[n].astype(np.float64), rtol=_rtol(model_dtype, wire), atol=1e-3,
-                                   err_msg=f"{name} {np.dtype(model_dtype).name} wire={wire}")
+        np.testing.assert_allclose(
+            got,
+            before[n].astype(np.float64),
+            rtol=_rtol(model_dtype, wire),
+            atol=1e-3,
+            err_msg=f"{name} {np.dtype(model_dtype).name} wire={wire}",
+        )
     comm.finalize()
 
 
@@ -106,6 +126,7 @@ def test_missing_gradients_zero_fill(cupy, batched):
 def test_packer_scales_while_packing(cupy):
     """The mean is folded into the packing kernel: pack(scale) == scale * grads, batched or not."""
     from mnframe.communicators.device_packing import DevicePacker
+
     model = _model(cupy, np.float32)
     params, sig = packing.describe(model, False)
     layout = packing.build_layout(params, sig, np.float16)
@@ -137,6 +158,7 @@ def test_double_buffering_schedule_on_a_cuda_stream(cupy):
     opt = chainermn.create_multi_node_optimizer(chainer.optimizers.SGD(lr=1.0), comm, double_buffering=True)
     opt.setup(model)
     from mnframe.optimizers.double_buffering_nccl import StreamStaleAverager
+
     assert isinstance(opt._averager, StreamStaleAverager)
     w0 = cupy.asnumpy(model.W.array).copy()
     grads = [np.full((2, 3), v, dtype=np.float32) for v in (1.0, 2.0, 3.0, 4.0)]
@@ -148,9 +170,9 @@ def test_double_buffering_schedule_on_a_cuda_stream(cupy):
         opt.update()
         history.append(cupy.asnumpy(model.W.array).copy())
     opt.wait()
-    np.testing.assert_allclose(history[0], w0)                        # update 1: broadcast only
-    np.testing.assert_allclose(history[1], w0)                        # update 2: starts averaging g_2
-    np.testing.assert_allclose(history[2], w0 - grads[1])             # update 3: g_2
+    np.testing.assert_allclose(history[0], w0)  # update 1: broadcast only
+    np.testing.assert_allclose(history[1], w0)  # update 2: starts averaging g_2
+    np.testing.assert_allclose(history[2], w0 - grads[1])  # update 3: g_2
     np.testing.assert_allclose(history[3], w0 - grads[1] - grads[2])  # update 4: g_3
     comm.finalize()
 
@@ -177,9 +199,13 @@ def _train(device, name, steps=5):
     rs = np.random.RandomState(0)
     x = rs.standard_normal((32, 7)).astype(np.float32)
     t = rs.randint(0, 3, size=32).astype(np.int32)
-    model = L.Classifier(chainer.Sequential(L.Linear(7, 16, initialW=chainer.initializers.Normal(0.5)),
-                                            chainer.functions.relu,
-                                            L.Linear(16, 3, initialW=chainer.initializers.Normal(0.5))))
+    model = L.Classifier(
+        chainer.Sequential(
+            L.Linear(7, 16, initialW=chainer.initializers.Normal(0.5)),
+            chainer.functions.relu,
+            L.Linear(16, 3, initialW=chainer.initializers.Normal(0.5)),
+        )
+    )
     model.to_device(device)
     comm = chainermn.create_communicator(name)
     opt = chainermn.create_multi_node_optimizer(chainer.optimizers.MomentumSGD(lr=0.1), comm)
@@ -208,6 +234,7 @@ def test_cuda_aware_detection_decides_the_flat_path(cupy):
 
     from mnframe.communicators import cuda_aware, device_reducers
     from mnframe.doctor import _device_round_trip
+
     aware, how = cuda_aware.detect()
     if cuda_aware.from_env() is None:
         assert aware == bool(cuda_aware.query_library()), how
@@ -225,11 +252,13 @@ def test_cuda_aware_detection_decides_the_flat_path(cupy):
 
 # ---------------------------------------------------------------- NcclGroup, called directly (one rank)
 
+
 @pytest.fixture
 def group(cupy):
     from mpi4py import MPI
 
     from mnframe.communicators.nccl_ops import NcclGroup
+
     g = NcclGroup(MPI.COMM_SELF, "test")
     yield g
     g.close()
@@ -238,7 +267,7 @@ def group(cupy):
 def _framed(cupy, dtype, n=37):
     """A buffer with guard elements around the ``n`` in the middle: NCCL must touch only those."""
     buf = cupy.full(n + 8, -7, dtype=dtype)
-    body = buf[4:4 + n]
+    body = buf[4 : 4 + n]
     body[...] = cupy.arange(n, dtype=dtype) / 4
     return buf, body
 
@@ -269,9 +298,11 @@ def test_nccl_group_refuses_integers_and_closes_once(cupy, group):
 
 # ---------------------------------------------------------------- runner, seeds, closing
 
+
 def test_runner_device_and_cupy_seed(cupy):
     from mnframe import pipeline
     from mnframe.builder.device import select_device
+
     comm = chainermn.create_communicator("non_cuda_aware")
     device = select_device("gpu", comm)
     assert device.xp is cupy and device.device.id == 0
@@ -285,8 +316,9 @@ def test_runner_device_and_cupy_seed(cupy):
 def test_cupy_generator_resumes_exactly(cupy):
     """Marked GPU test of item 4: a checkpoint re-seeds CuPy's generator and stores the seed."""
     from mnframe.checkpoint import rng
+
     rng.seed_cupy(5)
-    state = rng.RngState(lambda: {})
+    state = rng.RngState(dict)
     cupy.random.rand(3)
     saved = chainer.serializers.DictionarySerializer()
     state.serialize(saved)

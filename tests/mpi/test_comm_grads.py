@@ -1,4 +1,5 @@
 """multi_node_mean_grad / bcast_data on every CPU communicator name, under mpiexec."""
+
 import chainer
 import chainer.links as L
 import numpy as np
@@ -35,8 +36,7 @@ def expected(p, i, size):
 
 def check_mean(model, size, rtol=1e-6):
     for i, (name, p) in enumerate(sorted(model.namedparams())):
-        np.testing.assert_allclose(p.grad.astype(np.float64), expected(p, i, size), rtol=rtol, atol=rtol,
-                                   err_msg=name)
+        np.testing.assert_allclose(p.grad.astype(np.float64), expected(p, i, size), rtol=rtol, atol=rtol, err_msg=name)
 
 
 @pytest.fixture(scope="module", params=NAMES)

@@ -1,4 +1,5 @@
 """Hierarchical paths on 2 fake nodes x 2 ranks (MNFRAME_FAKE_NODE_SIZE=2 on one machine)."""
+
 import numpy as np
 import pytest
 
@@ -30,8 +31,9 @@ def test_single_node_refuses_two_nodes():
 @pytest.mark.parametrize("name", [n for n in registry.cpu_names() if n not in ("dummy", "single_node")])
 @pytest.mark.parametrize("wire", [None, np.float16])
 def test_mean_over_nodes(name, wire):
-    import chainer.links as L
     import chainer
+    import chainer.links as L
+
     comm = chainermn.create_communicator(name, allreduce_grad_dtype=wire)
     m = chainer.Sequential(L.Linear(5, 3), L.Linear(3, 2))
     m(np.zeros((1, 5), np.float32))

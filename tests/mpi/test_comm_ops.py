@@ -1,4 +1,5 @@
 """Array and object operations of the communicators, under mpiexec; expectations from rank and size."""
+
 import numpy as np
 import pytest
 
@@ -154,6 +155,7 @@ def test_config_is_per_instance(comm):
 
 
 # -- shared verdicts: the bad argument is on one rank only, every rank raises
+
 
 def test_allreduce_shape_mismatch(comm):
     if comm.size == 1:

@@ -1,4 +1,5 @@
 """Uneven nodes (2 + 1 ranks, MNFRAME_FAKE_NODE_SIZE=2 with 3 ranks): every CPU strategy still averages."""
+
 import numpy as np
 import pytest
 
@@ -13,6 +14,7 @@ MPI_ENV = {"MNFRAME_FAKE_NODE_SIZE": "2"}
 @pytest.mark.parametrize("name", [n for n in registry.cpu_names() if n not in ("dummy", "single_node")])
 def test_mean_uneven(name):
     import chainer.links as L
+
     comm = chainermn.create_communicator(name)
     assert comm.inter_size == 2 and comm.intra_size == (2 if comm.rank < 2 else 1)
     m = L.Linear(4, 3)

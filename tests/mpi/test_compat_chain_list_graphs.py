@@ -7,6 +7,7 @@ run the whole network in one process: the sum of all ranks' losses, whose
 gradients the split model must reproduce on the links each rank holds, over a
 few SGD steps. Branching runs on 1 rank too (then only hand-offs to itself).
 """
+
 import copy
 
 import chainer
@@ -54,8 +55,9 @@ def build(kinds_per_rank, size, seed=0):
     state = np.random.get_state()
     np.random.seed(seed)
     try:
-        return {r: [Sum() if kind == "sum" else L.Linear(D, D) for kind in kinds_per_rank(r, size)]
-                for r in range(size)}
+        return {
+            r: [Sum() if kind == "sum" else L.Linear(D, D) for kind in kinds_per_rank(r, size)] for r in range(size)
+        }
     finally:
         np.random.set_state(state)
 
@@ -70,7 +72,7 @@ def chain(comm, links, wiring):
 def train_and_compare(comm, links, wiring, has_loss, reference_losses):
     """STEPS SGD steps of the split model on this rank and of the whole network here."""
     mine = links[comm.rank]
-    reference = chainer.ChainList(*[copy.deepcopy(l) for r in sorted(links) for l in links[r]])
+    reference = chainer.ChainList(*[copy.deepcopy(link) for r in sorted(links) for link in links[r]])
     ref_links, k = {}, 0
     for r in sorted(links):
         ref_links[r] = [reference[k + i] for i in range(len(links[r]))]
@@ -94,8 +96,9 @@ def train_and_compare(comm, links, wiring, has_loss, reference_losses):
         for i, (split, ref) in enumerate(zip(mine, ref_links[comm.rank])):
             for (name, p), (_, q) in zip(sorted(split.namedparams()), sorted(ref.namedparams())):
                 assert p.grad is not None, f"rank {comm.rank} link {i}{name}: no gradient"
-                np.testing.assert_allclose(p.grad, q.grad, rtol=RTOL, atol=ATOL,
-                                           err_msg=f"rank {comm.rank} step {step} link {i}{name}")
+                np.testing.assert_allclose(
+                    p.grad, q.grad, rtol=RTOL, atol=ATOL, err_msg=f"rank {comm.rank} step {step} link {i}{name}"
+                )
         opt.update()
         ref_opt.update()
 
@@ -107,9 +110,9 @@ def ce(y, t):
 # -- branching: a parent on rank 0 sends to its children (and to itself), sums what comes back ---
 
 BRANCH_ORDERS = {
-    "children": lambda me, children: children,                   # ChainerMN's BranchParent1
-    "self_first": lambda me, children: [me] + children,          # BranchParent2
-    "self_last": lambda me, children: children + [me],           # BranchParent3
+    "children": lambda me, children: children,  # ChainerMN's BranchParent1
+    "self_first": lambda me, children: [me] + children,  # BranchParent2
+    "self_last": lambda me, children: children + [me],  # BranchParent3
     "rotated": lambda me, children: (children + [me])[1:] + (children + [me])[:1],  # BranchParent4
 }
 
@@ -159,6 +162,7 @@ def test_a_rank_alone_hands_everything_to_itself(comm):
 
 # -- twisting: every rank talks to both neighbours; middle ranks sum two hand-offs to themselves --
 
+
 def test_twisting(comm):
     size = comm.size
     if size < 2:
@@ -194,6 +198,7 @@ def test_twisting(comm):
 
 # -- crossing: a ring where rank 0 sends first and every other rank receives first ----------------
 
+
 def test_crossing(comm):
     size = comm.size
     if size < 2:
@@ -212,10 +217,12 @@ def test_crossing(comm):
 
 # -- wiring errors that stay errors -----------------------------------------------------------------
 
+
 def test_hand_off_must_be_sent_before_it_is_received(comm):
     model = mnframe.MultiNodeChainList(comm)
-    with pytest.raises(ValueError, match=r"own rank %d 1 time\(s\), but earlier components sent to it only 0"
-                       % comm.rank):
+    with pytest.raises(
+        ValueError, match=r"own rank %d 1 time\(s\), but earlier components sent to it only 0" % comm.rank
+    ):
         model.add_link(L.Linear(D, D), rank_in=comm.rank, rank_out=None)
     model.add_link(L.Linear(D, D), rank_in=None, rank_out=comm.rank)
     with pytest.raises(ValueError, match="never received"):

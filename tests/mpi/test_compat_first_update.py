@@ -7,6 +7,7 @@ from a checkpoint continues bitwise like the uninterrupted run, wherever it was
 saved. Expectations come from rank and size: the reference is one process
 over the global batch (every rank's local batch, in rank order).
 """
+
 import os
 import tempfile
 
@@ -40,8 +41,10 @@ def mlp(seed):
 
 def global_batch(step, size):
     rng = np.random.RandomState(50 + step)
-    return (rng.randn(LOCAL_BATCH * size, N_IN).astype(np.float32),
-            rng.randint(0, N_OUT, LOCAL_BATCH * size).astype(np.int32))
+    return (
+        rng.randn(LOCAL_BATCH * size, N_IN).astype(np.float32),
+        rng.randint(0, N_OUT, LOCAL_BATCH * size).astype(np.int32),
+    )
 
 
 def local(batch, comm):
@@ -91,8 +94,7 @@ def test_first_update_broadcasts_the_current_weights_and_does_not_step(comm):
 
 def test_double_buffering_steps_first_at_the_third_update(comm):
     model = mlp(seed=comm.rank)
-    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.SGD(lr=LR), comm,
-                                                double_buffering=True).setup(model)
+    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.SGD(lr=LR), comm, double_buffering=True).setup(model)
     ts = []
     for step in range(5):
         opt.update(lossfun(model), *local(global_batch(step, comm.size), comm))
@@ -119,8 +121,9 @@ def _updater(comm, seed, double_buffering=False):
     # no shuffling: the order sampler's random state is not part of an updater's state
     it = chainer.iterators.SerialIterator(chainer.datasets.TupleDataset(x, t), 2, shuffle=False)
     model = L.Classifier(mlp(seed=seed))
-    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.MomentumSGD(lr=LR), comm,
-                                                double_buffering=double_buffering).setup(model)
+    opt = chainermn.create_multi_node_optimizer(
+        chainer.optimizers.MomentumSGD(lr=LR), comm, double_buffering=double_buffering
+    ).setup(model)
     return chainer.training.updaters.StandardUpdater(it, opt), model
 
 

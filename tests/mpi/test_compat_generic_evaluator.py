@@ -7,6 +7,7 @@ one flat list of every rank's results, batch by batch: the first batch of rank
 Every other rank's ``__call__`` returns None. Expected values come from rank and
 size: rank r evaluates examples r, r + size, r + 2 size, ...
 """
+
 import math
 
 import chainer
@@ -34,7 +35,7 @@ def _rank_examples(length, rank, size):
 
 def _rank_batches(length, batch, rank, size):
     ids = _rank_examples(length, rank, size)
-    return [ids[i:i + batch] for i in range(0, len(ids), batch)]
+    return [ids[i : i + batch] for i in range(0, len(ids), batch)]
 
 
 def _evaluator(cls, comm, length, batch, **kw):
@@ -59,9 +60,12 @@ def test_default_aggregate_is_every_result_batch_by_batch(comm, length, batch):
             assert results is None
             continue
         per_rank = [_rank_batches(length, batch, r, comm.size) for r in range(comm.size)]
-        expected = [[3 * i for i in per_rank[r][k]]
-                    for k in range(max(len(b) for b in per_rank))
-                    for r in range(comm.size) if k < len(per_rank[r])]
+        expected = [
+            [3 * i for i in per_rank[r][k]]
+            for k in range(max(len(b) for b in per_rank))
+            for r in range(comm.size)
+            if k < len(per_rank[r])
+        ]
         assert isinstance(results, list) and len(results) == len(expected)
         for got, want in zip(results, expected):
             assert isinstance(got, np.ndarray)  # what the model returned (a + b + c of arrays), as it was

@@ -8,6 +8,7 @@ failed with ``KeyError: '_order'`` on every rank but the master (which looked
 intermittent when only one rank's report was read). Repeated many times, with
 the master in turn on every rank, over fresh iterators and across epochs.
 """
+
 import chainer
 import numpy as np
 import pytest
@@ -102,7 +103,8 @@ def test_followers_mirror_the_order_of_every_epoch(comm):
     for repeat in range(REPEATS):
         master = (comm.size - 1 - repeat) % comm.size
         mn = chainermn.iterators.create_multi_node_iterator(
-            chainer.iterators.SerialIterator(data, BATCH), comm, rank_master=master)
+            chainer.iterators.SerialIterator(data, BATCH), comm, rank_master=master
+        )
         steps = 1 + repeat % 7  # stop anywhere in the first three epochs
         seen = [mn.next() for _ in range(steps)]
         state = {}
@@ -129,4 +131,4 @@ def test_loading_keeps_followers_on_the_master_batches(comm):
     mn.serialize(DictDeserializer(state))
     batch = mn.next()
     assert comm.mpi_comm.allgather(batch) == [batch] * comm.size
-    assert batch == data[state["order"][BATCH:2 * BATCH]].tolist()
+    assert batch == data[state["order"][BATCH : 2 * BATCH]].tolist()

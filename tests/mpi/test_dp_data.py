@@ -1,4 +1,5 @@
 """Data under MPI: scatter_dataset/scatter_index partitions and the multi-node/synchronized iterators."""
+
 import chainer
 import numpy as np
 import pytest
@@ -30,8 +31,9 @@ def test_tuple_dataset_raw_path(comm, n, shuffle, force_equal_length):
     x = np.arange(n * 6, dtype=np.float64).reshape(n, 2, 3)
     y = np.arange(n, dtype=np.int16)
     ds = chainer.datasets.TupleDataset(x, y) if comm.rank == root else None
-    shard = chainermn.scatter_dataset(ds, comm, root=root, shuffle=shuffle, seed=5,
-                                      max_buf_len=40, force_equal_length=force_equal_length)
+    shard = chainermn.scatter_dataset(
+        ds, comm, root=root, shuffle=shuffle, seed=5, max_buf_len=40, force_equal_length=force_equal_length
+    )
     ids = _expected_ids(n, comm, shuffle, 5, force_equal_length)
     if comm.rank == root and shuffle:  # the root keeps a zero-copy view of its part
         assert isinstance(shard, chainer.datasets.SubDataset)
@@ -49,8 +51,9 @@ def test_partition_properties(comm):
     n = 11
     for fel in (True, False):
         ids = comm.mpi_comm.allgather(_expected_ids(n, comm, True, 1, fel))
-        shard = chainermn.scatter_dataset(np.arange(n) if comm.rank == 0 else None, comm,
-                                          shuffle=True, seed=1, force_equal_length=fel)
+        shard = chainermn.scatter_dataset(
+            np.arange(n) if comm.rank == 0 else None, comm, shuffle=True, seed=1, force_equal_length=fel
+        )
         everyone = comm.mpi_comm.allgather([int(e) for e in shard])
         assert everyone == ids
         flat = sorted(i for part in everyone for i in part)
@@ -70,8 +73,9 @@ def test_seed_fixes_permutation(comm):
 def test_list_of_objects_pickle_path(comm):
     root = comm.size // 2
     data = [{"id": i, "name": f"ex{i}"} for i in range(9)] if comm.rank == root else None
-    shard = chainermn.scatter_dataset(data, comm, root=root, shuffle=True, seed=3, max_buf_len=16,
-                                      force_equal_length=False)
+    shard = chainermn.scatter_dataset(
+        data, comm, root=root, shuffle=True, seed=3, max_buf_len=16, force_equal_length=False
+    )
     assert isinstance(shard, list)
     assert [e["id"] for e in shard] == _expected_ids(9, comm, True, 3, False)
     assert all(e["name"] == f"ex{e['id']}" for e in shard)
@@ -120,6 +124,7 @@ def test_create_empty_dataset():
 
 
 # ---- iterators ----------------------------------------------------------------------------
+
 
 def _mixed_dataset(n=7):
     """Examples of mixed types, dtypes and shapes: nothing may be cast on the way."""
@@ -185,6 +190,7 @@ def test_synchronized_iterator_shares_order(comm):
 def test_multiprocess_iterator_under_mpi(comm):
     """MultiprocessIterator workers under MPI (forkserver applied by the wrapper, as ChainerMN's FAQ advises)."""
     import multiprocessing
+
     data = np.arange(12, dtype=np.int32).reshape(6, 2) + comm.rank * 1000
     it = chainer.iterators.MultiprocessIterator(data, 3, shuffle=True, n_processes=1, n_prefetch=1)
     try:

@@ -3,6 +3,7 @@
 Expectations are computed in-process: one model trained on the concatenation of
 every rank's batch (the global batch) must end where the data-parallel ranks end.
 """
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
@@ -142,7 +143,8 @@ def test_double_buffering_is_one_step_stale(comm):
     steps = STEPS + 1
     model = MLP(seed=comm.rank)
     opt = chainermn.create_multi_node_optimizer(
-        chainer.optimizers.MomentumSGD(lr=0.1), comm, double_buffering=True).setup(model)
+        chainer.optimizers.MomentumSGD(lr=0.1), comm, double_buffering=True
+    ).setup(model)
     ref = MLP(seed=0)
     ref_opt = chainer.optimizers.MomentumSGD(lr=0.1)
     ref_opt.setup(ref)
@@ -169,6 +171,7 @@ def test_double_buffering_is_one_step_stale(comm):
 
 
 # ---- evaluator ----------------------------------------------------------------------------
+
 
 class Reporter(chainer.Chain):
     """Reports the mean of its input's first column as 'value'."""
@@ -218,6 +221,7 @@ def test_custom_evaluator_subclass(comm):
 class FailsOnLastRank(chainer.training.extensions.Evaluator):
     def evaluate(self):
         from mpi4py import MPI
+
         if MPI.COMM_WORLD.rank == MPI.COMM_WORLD.size - 1:
             raise ValueError("broken shard")
         return {"x": 1.0}
@@ -250,6 +254,7 @@ def test_generic_multi_node_evaluator(comm):
 
 # ---- the spec's MNIST tutorial, end to end -------------------------------------------------
 
+
 def _digits():
     """scikit-learn's 8x8 digits (shipped with the package, no download), as float32 and int32.
 
@@ -257,6 +262,7 @@ def _digits():
     """
     import importlib.util
     import os
+
     spec = importlib.util.find_spec("sklearn")
     path = os.path.join(spec.submodule_search_locations[0], "datasets", "data", "digits.csv.gz")
     if os.path.exists(path):
@@ -264,6 +270,7 @@ def _digits():
         data, target = raw[:, :-1], raw[:, -1]
     else:  # a layout change in sklearn: take the slow, public way
         from sklearn.datasets import load_digits
+
         digits = load_digits()
         data, target = digits.data, digits.target
     return (data / 16.0).astype(np.float32), target.astype(np.int32)
@@ -310,8 +317,7 @@ def test_mnist_tutorial_end_to_end(comm, tmp_path_factory):
     for other in gathered:
         for name in final:
             np.testing.assert_array_equal(other[name], final[name])
-    accuracy = chainermn.create_multi_node_evaluator(
-        extensions.Evaluator(test_iter, model), comm)()["main/accuracy"]
+    accuracy = chainermn.create_multi_node_evaluator(extensions.Evaluator(test_iter, model), comm)()["main/accuracy"]
     assert comm.mpi_comm.allgather(float(accuracy)) == [float(accuracy)] * comm.size
     assert accuracy > 0.8
     if comm.rank == 0:

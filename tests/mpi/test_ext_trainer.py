@@ -1,4 +1,5 @@
 """Checkpointer, multi-node snapshot, early stopping and observation aggregation under MPI."""
+
 import os
 import shutil
 import tempfile
@@ -18,6 +19,7 @@ MPI_TIMEOUT = 120
 def comm(mpi_comm):
     try:
         import mnframe
+
         return mnframe.create_communicator("naive", mpi_comm=mpi_comm)
     except (ImportError, AttributeError, NotImplementedError):
         return mpi_comm  # communicators not there yet: the extensions accept an mpi4py comm
@@ -41,8 +43,7 @@ def _trainer(out, stop=(100, "iteration"), seed=0):
     optimizer = chainer.optimizers.MomentumSGD(lr=0.1)
     optimizer.setup(model)
     rng = np.random.RandomState(1)
-    data = chainer.datasets.TupleDataset(rng.randn(8, 3).astype(np.float32),
-                                         rng.randint(0, 2, size=8).astype(np.int32))
+    data = chainer.datasets.TupleDataset(rng.randn(8, 3).astype(np.float32), rng.randint(0, 2, size=8).astype(np.int32))
     it = chainer.iterators.SerialIterator(data, 4, shuffle=False)
     updater = training.updaters.StandardUpdater(it, optimizer)
     return training.Trainer(updater, stop, out=out), model, optimizer
@@ -54,8 +55,10 @@ def _params(model):
 
 # --------------------------------------------------------------------------- checkpointer
 
+
 def test_checkpointer_gc_restart_and_corrupt_file(comm, mpi_comm, shared_dir):
     from mnframe import create_multi_node_checkpointer
+
     rank, size = mpi_comm.rank, mpi_comm.size
     trainer, model, _ = _trainer(shared_dir)
     updater = trainer.updater  # the loop without a trainer, as in the spec's second example
@@ -86,6 +89,7 @@ def test_checkpointer_gc_restart_and_corrupt_file(comm, mpi_comm, shared_dir):
 
     class _Opt:  # stands in for a multi-node optimizer's flag
         needs_broadcast = True
+
     opt = _Opt()
     cp2 = create_multi_node_checkpointer("run", comm, cp_interval=2, gc_interval=2)
     with pytest.warns(UserWarning, match="damaged") if rank == 0 else _nothing():
@@ -103,6 +107,7 @@ def test_checkpointer_gc_restart_and_corrupt_file(comm, mpi_comm, shared_dir):
 
 def test_checkpointer_keeps_files_when_training_fails(comm, mpi_comm, shared_dir):
     from mnframe import create_multi_node_checkpointer
+
     trainer, _, _ = _trainer(shared_dir, stop=(3, "iteration"))
     cp = create_multi_node_checkpointer("fail", comm)
     trainer.extend(cp, trigger=(1, "iteration"))
@@ -110,6 +115,7 @@ def test_checkpointer_keeps_files_when_training_fails(comm, mpi_comm, shared_dir
     def boom(tr):
         if tr.updater.iteration == 2:
             raise RuntimeError("simulated failure")
+
     trainer.extend(boom, trigger=(1, "iteration"), priority=-1000)
     with pytest.raises(RuntimeError, match="simulated"):
         trainer.run(show_loop_exception_msg=False)
@@ -136,8 +142,10 @@ class _nothing:
 
 # --------------------------------------------------------------------------- snapshot
 
+
 def test_multi_node_snapshot_replica_sets_and_autoload(comm, mpi_comm, shared_dir):
     from mnframe.extensions import multi_node_snapshot
+
     size = mpi_comm.size
     trainer, model, _ = _trainer(shared_dir, stop=(3, "iteration"))
     snap = extensions.snapshot(filename="snap_iter_{.updater.iteration}", autoload=True)
@@ -147,8 +155,9 @@ def test_multi_node_snapshot_replica_sets_and_autoload(comm, mpi_comm, shared_di
     expected_params = _params(model)
     mpi_comm.Barrier()
     masters = [0] + ([1] if size > 1 else [])
-    assert sorted(n for n in os.listdir(shared_dir) if n.startswith("snap_")) == \
-        sorted(f"snap_iter_3.{m}" for m in masters)
+    assert sorted(n for n in os.listdir(shared_dir) if n.startswith("snap_")) == sorted(
+        f"snap_iter_3.{m}" for m in masters
+    )
 
     # Restart: a fresh trainer autoloads; non-masters receive their master's state.
     trainer2, model2, _ = _trainer(shared_dir, stop=(3, "iteration"), seed=99)
@@ -162,6 +171,7 @@ def test_multi_node_snapshot_replica_sets_and_autoload(comm, mpi_comm, shared_di
 
 # --------------------------------------------------------------------------- aggregation
 
+
 class _StubTrainer:
     def __init__(self):
         self.observation = {}
@@ -169,12 +179,12 @@ class _StubTrainer:
 
 def test_observation_aggregator_averages_variables_and_numbers(comm, mpi_comm):
     from mnframe.extensions import ObservationAggregator
+
     rank, size = mpi_comm.rank, mpi_comm.size
     fire = {"now": False}
     agg = ObservationAggregator(comm, "loss", "loss_all", comm_trigger=lambda t: fire["now"])
     trainer = _StubTrainer()
-    values = [chainer.Variable(np.array(float(rank), dtype=np.float32)),
-              np.float64(rank + 1.0), rank + 2.0]
+    values = [chainer.Variable(np.array(float(rank), dtype=np.float32)), np.float64(rank + 1.0), rank + 2.0]
     for i, v in enumerate(values):
         fire["now"] = i == len(values) - 1
         trainer.observation = {"loss": v}
@@ -185,8 +195,7 @@ def test_observation_aggregator_averages_variables_and_numbers(comm, mpi_comm):
     assert isinstance(trainer.observation["loss_all"], float)
 
     # A custom aggregator sees every rank's history, in rank order.
-    agg2 = ObservationAggregator(comm, "x", comm_trigger=lambda t: True,
-                                 aggregator=lambda hs: [len(h) for h in hs])
+    agg2 = ObservationAggregator(comm, "x", comm_trigger=lambda t: True, aggregator=lambda hs: [len(h) for h in hs])
     trainer.observation = {"x": 1.0} if rank % 2 == 0 else {}
     agg2(trainer)
     assert trainer.observation["x"] == [1 if r % 2 == 0 else 0 for r in range(size)]
@@ -222,16 +231,20 @@ def _run_until_stop(schedule, make_trigger):
 
 def test_early_stopping_decided_on_the_global_mean(comm, mpi_comm):
     from mnframe.extensions import MultiNodeEarlyStoppingTrigger
+
     rank, size = mpi_comm.rank, mpi_comm.size
     global_mean = [5.0, 4.0, 3.0, 3.5, 3.6, 3.7, 3.8, 3.9, 4.0, 4.1]
 
     def local(e):  # rank offsets sum to zero; some ranks alone would stop at other epochs
         return global_mean[e - 1] + (rank - (size - 1) / 2.0) * 0.9 * e
 
-    expected = _run_until_stop(lambda e: global_mean[e - 1], lambda: triggers.EarlyStoppingTrigger(
-        monitor="main/loss", patience=2, max_trigger=(10, "epoch")))
-    got = _run_until_stop(local, lambda: MultiNodeEarlyStoppingTrigger(
-        comm, monitor="main/loss", patience=2, max_trigger=(10, "epoch")))
+    expected = _run_until_stop(
+        lambda e: global_mean[e - 1],
+        lambda: triggers.EarlyStoppingTrigger(monitor="main/loss", patience=2, max_trigger=(10, "epoch")),
+    )
+    got = _run_until_stop(
+        local, lambda: MultiNodeEarlyStoppingTrigger(comm, monitor="main/loss", patience=2, max_trigger=(10, "epoch"))
+    )
     assert expected < 10
     assert got == expected
     assert mpi_comm.allgather(got) == [expected] * size

@@ -6,12 +6,12 @@ whether the communicator's NCCL group would hold two ranks of one GPU) and
 MultiNodeBatchNormalization's 'auto' choice. All ranks run on one host, so
 more ranks than faked GPUs means ranks share one. No CuPy is imported.
 """
+
 import logging
 
+import chainer
 import numpy as np
 import pytest
-
-import chainer
 
 import mnframe as chainermn
 from mnframe import cuda_env
@@ -23,9 +23,14 @@ MPI_SIZES = (1, 2, 3)
 
 
 def fake_cuda(monkeypatch, gpus, nccl=True):
-    info = cuda_env.CudaProbe(problem=None, device_count=gpus, cupy_version="14.2.0",
-                              cupy_package="cupy-cuda13x", cuda_major=13,
-                              nccl_problem=None if nccl else "CuPy cannot load NCCL (pip install nvidia-nccl-cu13)")
+    info = cuda_env.CudaProbe(
+        problem=None,
+        device_count=gpus,
+        cupy_version="14.2.0",
+        cupy_package="cupy-cuda13x",
+        cuda_major=13,
+        nccl_problem=None if nccl else "CuPy cannot load NCCL (pip install nvidia-nccl-cu13)",
+    )
     monkeypatch.setattr(cuda_env, "probe", lambda: info)
     return info
 
@@ -36,6 +41,7 @@ def no_cuda(monkeypatch):
 
 def world_size():
     from mpi4py import MPI
+
     return MPI.COMM_WORLD.size
 
 

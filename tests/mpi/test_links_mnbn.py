@@ -4,6 +4,7 @@ Every rank builds all ranks' batches from one seed, runs its own slice through
 the multi-node link and compares with one process's BatchNormalization over
 the concatenated batch.
 """
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
@@ -13,14 +14,18 @@ import pytest
 MPI_SIZES = (1, 2, 3)
 MPI_TIMEOUT = 120
 
-TOL = {np.float16: dict(rtol=2e-2, atol=3e-2), np.float32: dict(rtol=1e-4, atol=1e-4),
-       np.float64: dict(rtol=1e-9, atol=1e-9)}
+TOL = {
+    np.float16: dict(rtol=2e-2, atol=3e-2),
+    np.float32: dict(rtol=1e-4, atol=1e-4),
+    np.float64: dict(rtol=1e-9, atol=1e-9),
+}
 
 
 @pytest.fixture(scope="module")
 def comm(mpi_comm):
     try:
         import mnframe
+
         return mnframe.create_communicator("naive", mpi_comm=mpi_comm)
     except (ImportError, AttributeError, NotImplementedError):
         return mpi_comm  # communicators not there yet: the links accept an mpi4py comm
@@ -39,6 +44,7 @@ def _sum_over_ranks(mpi_comm, a):
 
 def _check_against_single(comm, mpi_comm, sizes, shape, dtype, steps=2, **bn_kwargs):
     from mnframe.links import MultiNodeBatchNormalization
+
     rank = mpi_comm.rank
     channels = shape[0]
     ref = L.BatchNormalization(channels, dtype=dtype, **bn_kwargs)
@@ -68,8 +74,7 @@ def _check_against_single(comm, mpi_comm, sizes, shape, dtype, steps=2, **bn_kwa
             if mine is None:
                 continue
             # Parameter gradients are local shares: their sum is the single-process gradient.
-            np.testing.assert_allclose(_sum_over_ranks(mpi_comm, mine.grad),
-                                       getattr(ref, name).grad, **tol)
+            np.testing.assert_allclose(_sum_over_ranks(mpi_comm, mine.grad), getattr(ref, name).grad, **tol)
         np.testing.assert_allclose(mnbn.avg_mean, ref.avg_mean, **tol)
         np.testing.assert_allclose(mnbn.avg_var, ref.avg_var, **tol)
     return mnbn, ref
@@ -89,6 +94,7 @@ def test_matches_with_an_empty_rank_and_no_gamma_beta(comm, mpi_comm):
 def test_variance_is_stable_for_large_offsets(comm, mpi_comm):
     # E[x^2]-E[x]^2 loses everything here in float32; Chan's merge does not.
     from mnframe.links import MultiNodeBatchNormalization
+
     sizes = [3 + r for r in range(mpi_comm.size)]
     xs, _ = _batches(sizes, (2,), np.float32, seed=7, loc=1e4, scale=1.0)
     mnbn = MultiNodeBatchNormalization(2, comm, decay=0.0)
@@ -99,6 +105,7 @@ def test_variance_is_stable_for_large_offsets(comm, mpi_comm):
 
 def test_test_mode_uses_running_stats_without_communication(comm, mpi_comm):
     from mnframe.links import MultiNodeBatchNormalization
+
     mnbn = MultiNodeBatchNormalization(3, comm)
     mnbn.avg_mean[:] = 1.0
     mnbn.avg_var[:] = 4.0
@@ -122,6 +129,7 @@ class _Net(chainer.Chain):
 
 def test_create_mnbn_model_matches_single_process(comm, mpi_comm):
     from mnframe.links import MultiNodeBatchNormalization, create_mnbn_model
+
     rank, size = mpi_comm.rank, mpi_comm.size
     np.random.seed(0)
     ref = _Net()
@@ -138,18 +146,18 @@ def test_create_mnbn_model_matches_single_process(comm, mpi_comm):
     xs, _ = _batches(sizes, (3,), np.float32, seed=3)
     lo = sum(sizes[:rank])
     y_ref = ref(np.concatenate(xs))
-    F.sum(y_ref ** 2).backward()
+    F.sum(y_ref**2).backward()
     y = model(xs[rank])
-    F.sum(y ** 2).backward()
-    np.testing.assert_allclose(y.array, y_ref.array[lo:lo + sizes[rank]], rtol=1e-4, atol=1e-5)
+    F.sum(y**2).backward()
+    np.testing.assert_allclose(y.array, y_ref.array[lo : lo + sizes[rank]], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(model.bn1.avg_mean, ref.bn1.avg_mean, rtol=1e-5)
     for (name, p), (_, q) in zip(sorted(model.namedparams()), sorted(ref.namedparams())):
-        np.testing.assert_allclose(_sum_over_ranks(mpi_comm, p.grad), q.grad, rtol=1e-4, atol=1e-5,
-                                   err_msg=name)
+        np.testing.assert_allclose(_sum_over_ranks(mpi_comm, p.grad), q.grad, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 def test_allreduce_persistent_averages_floats_only(comm, mpi_comm):
     from mnframe.extensions import AllreducePersistent
+
     rank, size = mpi_comm.rank, mpi_comm.size
     model = chainer.Sequential(L.BatchNormalization(3))
     bn = model[0]
@@ -166,6 +174,7 @@ def test_allreduce_persistent_averages_floats_only(comm, mpi_comm):
 
 def test_finetune_accumulates_global_population_statistics(comm, mpi_comm):
     from mnframe.links import MultiNodeBatchNormalization
+
     rank, size = mpi_comm.rank, mpi_comm.size
     ref = L.BatchNormalization(2)
     mnbn = MultiNodeBatchNormalization(2, comm)

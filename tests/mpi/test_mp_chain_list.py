@@ -7,6 +7,7 @@ the rank that computes it, each link's gradients on the rank that holds it).
 With 3 ranks the 2-rank examples leave rank 2 idle; the pipeline and the
 non-connected graph use all three.
 """
+
 import copy
 
 import chainer
@@ -65,10 +66,10 @@ def batch(n=8, n_in=6, n_out=2, seed=1):
 
 # -- API reference: split MLP on 2 processes ------------------------------------------
 
+
 class MLP(chainer.Chain):
     def __init__(self, n_in, n_hidden, n_out):
-        super().__init__(l1=L.Linear(n_in, n_hidden), l2=L.Linear(n_hidden, n_hidden),
-                         l3=L.Linear(n_hidden, n_out))
+        super().__init__(l1=L.Linear(n_in, n_hidden), l2=L.Linear(n_hidden, n_hidden), l3=L.Linear(n_hidden, n_out))
 
     def __call__(self, x):
         h1 = F.relu(self.l1(x))
@@ -115,7 +116,7 @@ def _run_split_mlp(comm, steps):
             loss = F.softmax_cross_entropy(model(x), t)
             np.testing.assert_allclose(loss.array, ref_loss.array, rtol=RTOL)
         else:
-            loss = model()          # the delegate variable
+            loss = model()  # the delegate variable
             assert loss.shape == (0,)
         loss.backward()
         for split, ref in mine:
@@ -144,6 +145,7 @@ def test_split_mlp_with_updater_and_empty_dataset(comm):
     """Model-parallel tutorial, input pattern 3: rank 1 only receives, so it iterates an empty dataset of the
     same length; both ranks run Chainer's StandardUpdater and Trainer."""
     from mnframe.datasets import create_empty_dataset
+
     if comm.rank > 1:
         return
     K, B = 3, 4
@@ -166,7 +168,7 @@ def test_split_mlp_with_updater_and_empty_dataset(comm):
     ref_opt = chainer.optimizers.SGD(lr=0.1).setup(reference)
     for k in range(K):
         reference.cleargrads()
-        xb, tb = x[k * B:(k + 1) * B], t[k * B:(k + 1) * B]
+        xb, tb = x[k * B : (k + 1) * B], t[k * B : (k + 1) * B]
         F.softmax_cross_entropy(reference[2](reference[1](reference[0](xb))), tb).backward()
         ref_opt.update()
     for split, ref in mine:
@@ -174,6 +176,7 @@ def test_split_mlp_with_updater_and_empty_dataset(comm):
 
 
 # -- a pipeline over every rank, trained with Chainer's updater --------------------
+
 
 class Stage(chainer.Chain):
     """Some of the reference MLP's layers (relu after all but the very last)."""
@@ -213,9 +216,10 @@ def test_pipeline_over_all_ranks_trains_like_one_process(comm):
     rank share batches (multi-node iterator), the middle ones use empty datasets.
     After K steps each stage's parameters equal the unsplit MLP's."""
     from mnframe.datasets import create_empty_dataset
+
     try:
         from mnframe.iterators import create_multi_node_iterator as create_iter
-    except (ImportError, AttributeError):   # another area's module, maybe not written yet
+    except (ImportError, AttributeError):  # another area's module, maybe not written yet
         create_iter = None
 
     K, B = 3, 4
@@ -239,15 +243,17 @@ def test_pipeline_over_all_ranks_trains_like_one_process(comm):
     ref_opt = chainer.optimizers.SGD(lr=0.1).setup(ref)
     for k in range(K):
         ref.cleargrads()
-        F.softmax_cross_entropy(ref(x[k * B:(k + 1) * B]), t[k * B:(k + 1) * B]).backward()
+        F.softmax_cross_entropy(ref(x[k * B : (k + 1) * B]), t[k * B : (k + 1) * B]).backward()
         ref_opt.update()
     layers = [ref.l1, ref.l2, ref.l3]
     bounds = np.array_split(np.arange(3), n)
     for split, i in zip(stages[r].layers, bounds[r]):
         assert_params_equal(split, layers[i], f"rank {r} layer {i} ")
     if create_iter is None:
-        pytest.skip("mnframe.iterators.create_multi_node_iterator not available yet "
-                    "(ran with plain iterators over the same batches)")
+        pytest.skip(
+            "mnframe.iterators.create_multi_node_iterator not available yet "
+            "(ran with plain iterators over the same batches)"
+        )
 
 
 def test_ensemble_with_scattered_datasets_and_updater(comm):
@@ -297,6 +303,7 @@ def test_ensemble_allgather_gradients_match_reference(comm):
 
 # -- API reference: sending tuples ----------------------------------------------------------
 
+
 class NN0(chainer.Chain):
     def __init__(self):
         super().__init__(a=L.Linear(3, 4), b=L.Linear(3, 2))
@@ -337,6 +344,7 @@ def test_sending_tuples(comm):
 
 # -- API reference: non-connected graphs ---------------------------------------------------------
 
+
 def _links(n):
     return seeded(lambda: [L.Linear(3, 3) for _ in range(n)], seed=4)
 
@@ -373,7 +381,7 @@ def test_non_connected_graph(comm):
         np.testing.assert_allclose(y.array, ref_y.array, rtol=RTOL, atol=ATOL)
         F.sum(y * y).backward()
     else:
-        model().backward()   # the delegate of the last send
+        model().backward()  # the delegate of the last send
     for link, r in held:
         assert_grads_equal(link, r, f"rank {comm.rank} ")
 
@@ -388,8 +396,8 @@ def test_non_connected_graph_with_intermediate_outputs(comm):
     ref = [clone(link) for link in (A, B, C, D)]
     x0 = np.random.RandomState(6).randn(2, 3).astype(np.float32)
     x1 = np.random.RandomState(7).randn(2, 3).astype(np.float32)
-    ref_out0 = ref[0](ref[2](x1))        # rank 0's output: A(C(x1))
-    ref_out1 = ref[3](ref[1](x0))        # rank 1's output: D(B(x0))
+    ref_out0 = ref[0](ref[2](x1))  # rank 0's output: A(C(x1))
+    ref_out1 = ref[3](ref[1](x0))  # rank 1's output: D(B(x0))
     (F.sum(ref_out0 * ref_out0) + F.sum(ref_out1)).backward()
 
     model = mnframe.MultiNodeChainList(comm)
@@ -413,7 +421,7 @@ def test_non_connected_graph_with_intermediate_outputs(comm):
 
 def test_several_outputs_and_several_sends(comm):
     """A component sending to every other rank, each receiver returning a tuple."""
-    W, = _links(1)
+    (W,) = _links(1)
     ref = clone(W)
     x = np.ones((1, 3), np.float32)
     others = [r for r in range(comm.size) if r != 0]
@@ -432,6 +440,7 @@ def test_several_outputs_and_several_sends(comm):
 
 
 # -- model-parallel tutorial: delegate variables with the plain functions ----------------------------
+
 
 def test_004_delegate_variable_example(comm):
     """Model_0: f -> send to 1, recv from 1 (delegate) -> h. Model_1: recv -> g -> send."""
@@ -459,6 +468,7 @@ def test_004_delegate_variable_example(comm):
 
 # -- create_multi_node_n_step_rnn ---------------------------------------------------------------
 
+
 def test_multi_node_n_step_rnn_encoder_decoder(comm):
     """Encoder LSTM on rank 0 hands its final states to the decoder LSTM on rank 1."""
     if comm.rank > 1:
@@ -485,6 +495,7 @@ def test_multi_node_n_step_rnn_encoder_decoder(comm):
 
 
 # -- wrong wiring ---------------------------------------------------------------------------------
+
 
 def test_wrong_wiring_is_rejected_when_added(comm):
     model = mnframe.MultiNodeChainList(comm)

@@ -7,6 +7,7 @@ random weights). Backward on every rank must give dL/dx for that rank's
 inputs; the numerical derivative perturbs one element of one rank's input at a
 time while every rank reruns the forward pass and the losses are summed.
 """
+
 import chainer
 import chainer.functions as F
 import numpy as np
@@ -25,6 +26,7 @@ def comm(mpi_comm):
 
 
 # -- the global gradient check -------------------------------------------------
+
 
 def _as_tuple(ys):
     if ys is None:
@@ -70,8 +72,9 @@ def global_grad_check(comm, mpi_comm, fn, xs, seed=0, eps=1e-4, atol=1e-6, rtol=
                 if owner == comm.rank:
                     numeric[i].reshape(-1)[e] = (values[0] - values[1]) / (2 * eps)
     for i, (a, n) in enumerate(zip(analytic, numeric)):
-        np.testing.assert_allclose(a, n, atol=atol, rtol=rtol,
-                                   err_msg=f"rank {comm.rank} input {i}: backward != numerical")
+        np.testing.assert_allclose(
+            a, n, atol=atol, rtol=rtol, err_msg=f"rank {comm.rank} input {i}: backward != numerical"
+        )
 
 
 def _x(rank, shape, seed=0):
@@ -80,9 +83,10 @@ def _x(rank, shape, seed=0):
 
 # -- point to point ----------------------------------------------------------
 
+
 def _pipeline_ring(comm, vs):
     """Rank 0 -> 1 -> ... -> last -> 0, tuples on the wire, a delegate closing the loop."""
-    x, = vs
+    (x,) = vs
     r, n = comm.rank, comm.size
     if r == 0:
         phi = mnf.send((x * 2.0, F.sin(x)), comm, rank=1)
@@ -99,11 +103,11 @@ def test_send_recv_pipeline_grad(comm, mpi_comm):
 
 def _two_sends_pseudo_connect(comm, vs):
     """004: two sends in a row joined by pseudo_connect; the receiver uses both."""
-    x, = vs
+    (x,) = vs
     if comm.rank == 0:
         phi1 = mnf.send(x * 2.0, comm, rank=1)
         phi2 = mnf.send(x * x, comm, rank=1)
-        psi, = mnf.pseudo_connect(phi1, phi2)
+        (psi,) = mnf.pseudo_connect(phi1, phi2)
         return psi
     if comm.rank == 1:
         z1 = mnf.recv(comm, rank=0)
@@ -157,8 +161,9 @@ def test_send_to_self_is_rejected(comm):
 
 # -- collectives -----------------------------------------------------------------
 
+
 def _bcast(comm, vs):
-    x, = vs
+    (x,) = vs
     root = comm.size - 1
     y = mnf.bcast(comm, x * x if comm.rank == root else None, root=root)
     return y * (comm.rank + 1.0) + x
@@ -169,7 +174,7 @@ def test_bcast_grad(comm, mpi_comm):
 
 
 def _gather(comm, vs):
-    x, = vs
+    (x,) = vs
     ys = mnf.gather(comm, F.sin(x), root=0)
     if comm.rank == 0:
         assert len(ys) == comm.size
@@ -197,7 +202,7 @@ def test_scatter_grad_different_shapes(comm, mpi_comm):
 
 
 def _allgather(comm, vs):
-    x, = vs
+    (x,) = vs
     ys = mnf.allgather(comm, x * (comm.rank + 1.0))
     assert len(ys) == comm.size
     return tuple(F.tanh(y) for y in ys)
@@ -251,6 +256,7 @@ def test_collective_argument_errors_raise_everywhere(comm):
 
 # -- split communicators -----------------------------------------------------------
 
+
 def test_functions_on_split_communicator(comm, mpi_comm):
     """A communicator from comm.split (reversed key order) works with every function."""
     sub = comm.split(comm.rank // 2, -comm.rank)
@@ -278,7 +284,7 @@ def test_mismatched_backward_order_is_a_clear_error(comm):
         w = chainer.Variable(np.ones(3))
         phi1 = mnf.send(F.sin(F.sin(x)), comm, rank=1, tag=tag)
         phi2 = mnf.send(w * 1.0, comm, rank=1, tag=tag)
-        psi, = mnf.pseudo_connect(phi1, phi2)
+        (psi,) = mnf.pseudo_connect(phi1, phi2)
         with pytest.raises(RuntimeError, match=r"expected an array of shape \(2,\) but received shape \(3,\)"):
             psi.backward()
         comm.recv(1, tag)  # drain the other gradient message

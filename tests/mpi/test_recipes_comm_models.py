@@ -3,6 +3,7 @@
 Expectations come from a local computation with the same seeded weights:
 the distributed result must equal the single-process one.
 """
+
 import numpy as np
 import pytest
 
@@ -20,6 +21,7 @@ def comm(mpi_comm):
 def test_parallel_convolution_equals_full_convolution(comm):
     import chainer
     import chainer.functions as F
+
     from mnframe.recipes.parallel_convolution.model import ParallelConvolution2D
 
     np.random.seed(0)  # the same filters on every rank
@@ -43,6 +45,7 @@ def test_parallel_convolution_equals_full_convolution(comm):
 
 def test_parallel_conv_net_runs_on_every_rank(comm):
     import chainer.links as L
+
     from mnframe.recipes.parallel_convolution.model import ParallelConvNet
 
     np.random.seed(0)
@@ -76,6 +79,7 @@ def test_seq2seq_split_over_two_ranks_equals_local(comm, mpi_comm, monkeypatch):
     if comm.size < 2:
         pytest.skip("the encoder and decoder need two ranks")
     import chainer
+
     from mnframe.recipes.seq2seq.data import get_datasets
 
     train, _ = get_datasets(n_train=6, n_test=1, length=4, n_symbols=4)
@@ -99,8 +103,9 @@ def test_seq2seq_split_over_two_ranks_equals_local(comm, mpi_comm, monkeypatch):
 
     box = []
     monkeypatch.setattr(mnf, "send", lambda x, c, rank, tag=0: box.append(x) or x, raising=False)
-    monkeypatch.setattr(mnf, "recv", lambda c, rank, delegate_variable=None, tag=0, force_tuple=False: box.pop(),
-                        raising=False)
+    monkeypatch.setattr(
+        mnf, "recv", lambda c, rank, delegate_variable=None, tag=0, force_tuple=False: box.pop(), raising=False
+    )
     enc_ref, dec_ref = _seq2seq_models(_Local())
     enc_ref(xs, ys)
     ref_loss = dec_ref(xs, ys)

@@ -1,5 +1,6 @@
 """Reliability pieces under MPI: collective checkpoint store, watchdog thread vs blocking
 MPI calls (GIL), debug-mode matcher, preemption agreement. Expectations from rank/size."""
+
 import os
 import tempfile
 import threading
@@ -18,6 +19,7 @@ MPI_TIMEOUT = 120
 @pytest.fixture(scope="module")
 def comm():
     import mnframe
+
     return mnframe.create_communicator("naive")
 
 
@@ -37,6 +39,7 @@ def test_collective_save_writes_every_rank_and_verifies(comm, shared_dir):
         with open(os.path.join(tmp, name), "wb") as f:
             f.write(bytes([comm.rank]) * (10 + comm.rank))
         return [name]
+
     store.save(3, write)
     store.save(6, write)
     name, manifest = store.select("auto")
@@ -62,6 +65,7 @@ def test_failure_on_one_rank_fails_save_everywhere(comm, shared_dir):
         if comm.rank == comm.size - 1:
             raise OSError("disk full")
         return []
+
     with pytest.raises(CheckpointError, match=f"rank {comm.size - 1}: OSError: disk full"):
         store.save(1, write)
     assert store.select("auto") is None
@@ -76,6 +80,7 @@ def test_threads_run_while_main_thread_blocks_in_mpi(comm):
         while not stop.is_set():
             ticks.append(1)
             time.sleep(0.01)
+
     t = threading.Thread(target=count)
     t.start()
     if comm.rank == 0:
@@ -144,16 +149,21 @@ def test_resume_restores_the_checkpointed_shards(comm, monkeypatch, kind, equal_
     n = 23
     x = np.arange(2 * n, dtype=np.float32).reshape(n, 2)
     y = np.arange(n, dtype=np.int32) * 10
-    make = {"ndarray": lambda: x.copy(), "tuple": lambda: chainer.datasets.TupleDataset(x.copy(), y.copy()),
-            "pickle": lambda: [("example", int(i)) for i in range(n)]}[kind]
+    make = {
+        "ndarray": lambda: x.copy(),
+        "tuple": lambda: chainer.datasets.TupleDataset(x.copy(), y.copy()),
+        "pickle": lambda: [("example", int(i)) for i in range(n)],
+    }[kind]
 
     def scatter():
-        return mnframe.scatter_dataset(make() if comm.rank == 0 else None, comm, shuffle=True,
-                                       force_equal_length=equal_length)
+        return mnframe.scatter_dataset(
+            make() if comm.rank == 0 else None, comm, shuffle=True, force_equal_length=equal_length
+        )
+
     first = scatter()
     expected = [_norm(first[i]) for i in range(len(first))]
     checkpointed = shuffle_seeds.saved_state()  # what a checkpoint written now records
-    shuffle_seeds._scattered.clear()             # "the next run": a fresh process scatters again
+    shuffle_seeds._scattered.clear()  # "the next run": a fresh process scatters again
     second = scatter()
     assert shuffle_seeds.saved_state()[0, 1] != checkpointed[0, 1]
     shuffle_seeds.remember_loaded(checkpointed)

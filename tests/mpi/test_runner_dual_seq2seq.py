@@ -1,6 +1,7 @@
 """The seq2seq recipe dual parallel on 4 ranks (2 replicas x 2 stages), built by the runner's
 pipeline: each model gets its own group's communicator, both groups train, the replicas
 write the model once (issue 17, bug 4)."""
+
 import json
 import tempfile
 from pathlib import Path
@@ -32,10 +33,18 @@ def _config():
     from mnframe.config.compose import compose
 
     stage = "topology.ranks.{}.stages.0.module"
-    return compose(["recipe=seq2seq", "extensions=minimal", f"trainer.stop=[{ITERATIONS},iteration]",
-                    "dataset.batch_size=32", "dataset.source.n_train=640", "dataset.source.n_test=64",
-                    "optimizer.lr=0.01",
-                    *[f"{stage.format(r)}.{k}" for r in (0, 1) for k in ("n_units=24", "n_layers=1")]])
+    return compose(
+        [
+            "recipe=seq2seq",
+            "extensions=minimal",
+            f"trainer.stop=[{ITERATIONS},iteration]",
+            "dataset.batch_size=32",
+            "dataset.source.n_train=640",
+            "dataset.source.n_test=64",
+            "optimizer.lr=0.01",
+            *[f"{stage.format(r)}.{k}" for r in (0, 1) for k in ("n_units=24", "n_layers=1")],
+        ]
+    )
 
 
 def test_each_group_trains_with_its_own_communicator(mpi_comm):
@@ -79,5 +88,7 @@ def test_each_group_trains_with_its_own_communicator(mpi_comm):
             assert sorted(exported.files) == sorted(f"0{name}" for name in params)
             for name, param in params.items():
                 np.testing.assert_array_equal(exported[f"0{name}"], param.array)
-    assert json.loads((run_dir / "checkpoints" / f"iter_{ITERATIONS:08d}" / "manifest.json").read_text())[
-        "world_size"] == mpi_comm.size
+    assert (
+        json.loads((run_dir / "checkpoints" / f"iter_{ITERATIONS:08d}" / "manifest.json").read_text())["world_size"]
+        == mpi_comm.size
+    )

@@ -1,4 +1,5 @@
 """Config errors found after the broadcast are raised on every rank, the same."""
+
 import pytest
 
 MPI_SIZES = (1, 2, 3)

@@ -1,5 +1,6 @@
 """The runner end to end on 2 ranks: the mnist recipe for a few iterations,
 then a second job in the same run directory that resumes from its checkpoint."""
+
 import tempfile
 from pathlib import Path
 
@@ -18,8 +19,7 @@ def run_dir(mpi_comm):
 def _train(*overrides):
     from mnframe import cli
 
-    cli.train(["recipe=mnist", "extensions=minimal", "model.n_units=16",
-               "dataset.batch_size=20", *overrides])
+    cli.train(["recipe=mnist", "extensions=minimal", "model.n_units=16", "dataset.batch_size=20", *overrides])
 
 
 def test_mnist_runs_then_resumes(mpi_comm, run_dir):
@@ -28,7 +28,6 @@ def test_mnist_runs_then_resumes(mpi_comm, run_dir):
     assert (run_dir / "config.yaml").exists()
     assert (run_dir / "checkpoints" / "iter_00000002").is_dir()
     # a second job in the same directory must resume (resume=must fails otherwise)
-    _train("trainer.stop=[4,iteration]", "checkpoint.interval=2", "resume=must",
-           f"hydra.run.dir={run_dir}")
+    _train("trainer.stop=[4,iteration]", "checkpoint.interval=2", "resume=must", f"hydra.run.dir={run_dir}")
     mpi_comm.barrier()
     assert (run_dir / "checkpoints" / "iter_00000004").is_dir()

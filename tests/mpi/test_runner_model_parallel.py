@@ -1,6 +1,7 @@
 """The model-parallel MNIST recipe (MLP split over 2 ranks) trains through the runner:
 one log entry per iteration with a falling loss, a checkpoint of the last iteration and
 each rank's stages exported as model_rank<r>.npz."""
+
 import json
 import tempfile
 from pathlib import Path
@@ -17,11 +18,20 @@ def test_model_parallel_recipe_trains(mpi_comm):
 
     path = tempfile.mkdtemp(prefix="mnframe-mp-") if mpi_comm.rank == 0 else None
     run_dir = Path(mpi_comm.bcast(path, root=0)) / "run"
-    cli.train(["recipe=mnist_model_parallel", "extensions=minimal", f"trainer.stop=[{ITERATIONS},iteration]",
-               "extensions.log_report.interval=1", "extensions.log_report.unit=iteration",
-               "topology.ranks.0.stages.0.module.n_units=16",
-               "topology.ranks.1.stages.0.module.n_units=16",
-               "optimizer.lr=0.01", "dataset.batch_size=25", f"hydra.run.dir={run_dir}"])
+    cli.train(
+        [
+            "recipe=mnist_model_parallel",
+            "extensions=minimal",
+            f"trainer.stop=[{ITERATIONS},iteration]",
+            "extensions.log_report.interval=1",
+            "extensions.log_report.unit=iteration",
+            "topology.ranks.0.stages.0.module.n_units=16",
+            "topology.ranks.1.stages.0.module.n_units=16",
+            "optimizer.lr=0.01",
+            "dataset.batch_size=25",
+            f"hydra.run.dir={run_dir}",
+        ]
+    )
     mpi_comm.barrier()
     assert (run_dir / "config.yaml").exists()
     log = json.loads((run_dir / "log").read_text())

@@ -1,5 +1,6 @@
 """logger=tensorboard on 2 ranks: rank 0 alone writes TensorBoard event files,
 and they hold exactly the LogReport's values (read back from the files)."""
+
 import json
 import tempfile
 from pathlib import Path
@@ -15,11 +16,20 @@ def test_tensorboard_logger_writes_the_log_report_from_rank_0(mpi_comm):
 
     path = tempfile.mkdtemp(prefix="mnframe-tb-") if mpi_comm.rank == 0 else None
     run_dir = Path(mpi_comm.bcast(path, root=0)) / "run"
-    cli.train(["recipe=mnist", "logger=tensorboard", "extensions=minimal", "model.n_units=32",
-               "dataset.batch_size=20", "trainer.stop=[40,iteration]",
-               "extensions.log_report.interval=10", "extensions.log_report.unit=iteration",
-               "+extensions.evaluator={interval: 20, unit: iteration}",
-               f"hydra.run.dir={run_dir}"])
+    cli.train(
+        [
+            "recipe=mnist",
+            "logger=tensorboard",
+            "extensions=minimal",
+            "model.n_units=32",
+            "dataset.batch_size=20",
+            "trainer.stop=[40,iteration]",
+            "extensions.log_report.interval=10",
+            "extensions.log_report.unit=iteration",
+            "+extensions.evaluator={interval: 20, unit: iteration}",
+            f"hydra.run.dir={run_dir}",
+        ]
+    )
     mpi_comm.barrier()
     log = json.loads((run_dir / "log").read_text())
     assert [e["iteration"] for e in log] == [10, 20, 30, 40]

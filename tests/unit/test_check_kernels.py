@@ -3,6 +3,7 @@
 Runs where CuPy (with NVRTC) is installed, e.g. in the venv scripts/check_kernels.sh makes
 (``.venv-kernels/bin/python -m pytest tests/unit/test_check_kernels.py``); skipped elsewhere.
 """
+
 import importlib.util
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ def check_kernels():
     pytest.importorskip("cupy", reason="CuPy is not installed (bash scripts/check_kernels.sh sets up a venv)")
     try:
         from cupy.cuda import nvrtc
+
         nvrtc.getVersion()
     except Exception as e:  # CuPy without NVRTC
         pytest.skip(f"NVRTC is not loadable ({e}): pip install nvidia-cuda-nvrtc")
@@ -35,6 +37,7 @@ def test_all_variants_compile_for_sm_90(check_kernels, capsys):
 
 def test_a_broken_kernel_fails(check_kernels):
     import cupy
+
     bad = cupy.ElementwiseKernel("raw uint64 ptrs", "raw float32 out", "out[0] = no_such_name;", "mnframe_bad")
     with pytest.raises(Exception, match="(?i)compile|error"):
         check_kernels.compile_one(bad, True, "sm_90")

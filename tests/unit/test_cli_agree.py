@@ -1,5 +1,6 @@
 """The ranks' agreement on the broadcast config: one rank's verdict or a
 different config hash becomes the same ConfigError everywhere."""
+
 import pytest
 
 from mnframe import cli

@@ -1,4 +1,5 @@
 """mnframe doctor: its checks on fake MPI modules, and one real run."""
+
 import subprocess
 import sys
 
@@ -56,7 +57,6 @@ def test_vendor_mismatch_names_the_fix(monkeypatch, tmp_path):
 
 
 def test_doctor_runs():
-    r = subprocess.run([sys.executable, "-m", "mnframe", "doctor"], capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "mnframe", "doctor"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "[PASS] mpiexec matches" in r.stdout

@@ -1,4 +1,5 @@
 """The GPU wiring that can be checked without a GPU: strategy tables, CUDA-aware detection."""
+
 import importlib
 
 import pytest
@@ -54,4 +55,5 @@ def test_cuda_aware_library_query(monkeypatch):
     aware, how = cuda_aware.detect()
     assert aware is bool(answer) and how
     from mpi4py import MPI
+
     assert cuda_aware.agreed(MPI.COMM_SELF) is aware

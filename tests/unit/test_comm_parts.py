@@ -1,4 +1,5 @@
 """Pieces of the communicators that need no second rank: kernels, packing, config, topology env."""
+
 import chainer
 import chainer.links as L
 import numpy as np
@@ -82,7 +83,7 @@ def test_signature_tracks_missing_grads_and_zero_fill():
     _, sig_filled = packing.describe(m, zero_fill=True)
     assert packing.signature_key(sig_missing, None) != packing.signature_key(sig_filled, None)
     assert packing.signature_key(sig_filled, None) != packing.signature_key(sig_filled, np.float16)
-    assert 0 <= packing.signature_key(sig_filled, None) < 2 ** 62
+    assert 0 <= packing.signature_key(sig_filled, None) < 2**62
 
 
 def test_config_table():

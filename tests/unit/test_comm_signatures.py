@@ -1,4 +1,5 @@
 """Every communicator name and method exists with the ChainerMN API reference's signature; the factory's errors."""
+
 import inspect
 
 import pytest
@@ -31,14 +32,15 @@ SPEC_METHODS = {
     "get_config": [("name", None)],
 }
 PROPERTIES = ["rank", "size", "intra_rank", "intra_size", "inter_rank", "inter_size", "mpi_comm"]
-SPEC_NAMES = ["naive", "flat", "hierarchical", "two_dimensional", "single_node", "pure_nccl",
-              "non_cuda_aware", "dummy"]
+SPEC_NAMES = ["naive", "flat", "hierarchical", "two_dimensional", "single_node", "pure_nccl", "non_cuda_aware", "dummy"]
 
 
 def _classes():
     from mnframe.communicators.base import CommunicatorBase
+
     yield "CommunicatorBase", CommunicatorBase
     from mnframe.communicators.factory import _resolve
+
     for name, info in registry.COMMUNICATORS.items():  # GPU classes import without CuPy too
         yield name, _resolve(info.class_path)
 
@@ -46,9 +48,12 @@ def _classes():
 def _check_signature(cls, method, params):
     fn = getattr(cls, method)
     sig = inspect.signature(fn)
-    got = [(p.name, REQUIRED if p.default is inspect.Parameter.empty else p.default)
-           for p in list(sig.parameters.values())[1:] if p.kind is not p.VAR_KEYWORD]
-    names = [n for n, _ in got][:len(params)]
+    got = [
+        (p.name, REQUIRED if p.default is inspect.Parameter.empty else p.default)
+        for p in list(sig.parameters.values())[1:]
+        if p.kind is not p.VAR_KEYWORD
+    ]
+    names = [n for n, _ in got][: len(params)]
     assert names == [n for n, _ in params], f"{cls.__name__}.{method}{sig}"
     for (n, want), (_, have) in zip(params, got):
         if want is not REQUIRED:  # a spec default must be kept; a required one may gain a default
@@ -76,6 +81,7 @@ def test_every_spec_name_is_registered():
 @pytest.mark.parametrize("name", list(registry.COMMUNICATORS))
 def test_class_takes_its_reducers_from_its_registry_row(name):
     from mnframe.communicators.factory import _resolve
+
     info = registry.COMMUNICATORS[name]
     cls = _resolve(info.class_path)
     assert cls.registry_name == name
@@ -87,6 +93,7 @@ def test_class_takes_its_reducers_from_its_registry_row(name):
 
 def test_config_group_is_generated_from_the_registry():
     from mnframe.config.compose import compose, list_group_options
+
     assert list_group_options("communicator") == sorted([registry.AUTO, *registry.COMMUNICATORS])
     for name in [registry.AUTO, *registry.COMMUNICATORS]:
         cfg = compose([f"communicator={name}"])
@@ -95,23 +102,33 @@ def test_config_group_is_generated_from_the_registry():
 
 def test_create_communicator_signature():
     from mnframe.communicators.factory import create_communicator
+
     sig = inspect.signature(create_communicator)
     assert [(p.name, p.default) for p in sig.parameters.values()] == [
-        ("communicator_name", None), ("mpi_comm", None), ("allreduce_grad_dtype", None), ("batched_copy", False)]
+        ("communicator_name", None),
+        ("mpi_comm", None),
+        ("allreduce_grad_dtype", None),
+        ("batched_copy", False),
+    ]
     import mnframe
+
     assert mnframe.create_communicator is create_communicator
 
 
 def test_registry_is_import_light():
     import subprocess
     import sys
-    code = ("import sys, mnframe.communicators.registry as r; r.COMMUNICATORS; "
-            "assert 'mpi4py' not in sys.modules and 'cupy' not in sys.modules, sorted(sys.modules)")
+
+    code = (
+        "import sys, mnframe.communicators.registry as r; r.COMMUNICATORS; "
+        "assert 'mpi4py' not in sys.modules and 'cupy' not in sys.modules, sorted(sys.modules)"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_unknown_name_suggests():
     from mnframe.communicators.factory import create_communicator
+
     with pytest.raises(ValueError, match=r"'hierarchicl'.*Did you mean 'hierarchical'.*naive"):
         create_communicator("hierarchicl")
 
@@ -120,6 +137,7 @@ def test_unknown_name_suggests():
 @pytest.mark.parametrize("name", ["pure_nccl", "non_cuda_aware"])
 def test_gpu_name_without_cuda(name):
     from mnframe.communicators.factory import create_communicator
+
     with pytest.raises(RuntimeError, match=r"runs on GPUs but .*Names that work on CPU: naive, flat"):
         create_communicator(name)
 
@@ -131,5 +149,6 @@ def test_default_name():
 
 def test_bad_grad_dtype():
     from mnframe.communicators.factory import create_communicator
+
     with pytest.raises(ValueError, match="allreduce_grad_dtype"):
         create_communicator("naive", allreduce_grad_dtype="int32")

@@ -13,6 +13,7 @@ One explicit exclusion: ``chainermn.nccl`` only re-exports ``cupy.cuda.nccl``
 names when CuPy's NCCL imports. mnframe.nccl lists them and serves them lazily;
 the test requires them present exactly where CuPy's NCCL imports (``_available``).
 """
+
 import ast
 import importlib
 import importlib.util
@@ -79,12 +80,16 @@ def _public_names(path, modules):
 
 
 def _cupy_nccl_names(path):
-    return sorted(a.asname or a.name for node in _top_level(ast.parse(path.read_text()).body)
-                  if isinstance(node, ast.ImportFrom) and node.module == "cupy.cuda.nccl" for a in node.names)
+    return sorted(
+        a.asname or a.name
+        for node in _top_level(ast.parse(path.read_text()).body)
+        if isinstance(node, ast.ImportFrom) and node.module == "cupy.cuda.nccl"
+        for a in node.names
+    )
 
 
 def _mnframe_name(peer_name):
-    return "mnframe" + peer_name[len("chainermn"):]
+    return "mnframe" + peer_name[len("chainermn") :]
 
 
 PEER_MODULES = sorted(_peer_modules()) if importlib.util.find_spec("chainermn") else []
@@ -93,9 +98,14 @@ PEER_MODULES = sorted(_peer_modules()) if importlib.util.find_spec("chainermn") 
 def test_the_peer_list_is_the_one_of_chainermn_7_8_1():
     modules = _peer_modules()
     # a few paths issue 16 names, so a changed peer layout is noticed rather than silently passing
-    for name in ("chainermn.iterators.multi_node_iterator", "chainermn.communicators.flat_communicator",
-                 "chainermn.communicators._memory_utility", "chainermn.extensions._multi_node_snapshot",
-                 "chainermn.nccl", "chainermn.testing.device"):
+    for name in (
+        "chainermn.iterators.multi_node_iterator",
+        "chainermn.communicators.flat_communicator",
+        "chainermn.communicators._memory_utility",
+        "chainermn.extensions._multi_node_snapshot",
+        "chainermn.nccl",
+        "chainermn.testing.device",
+    ):
         assert name in modules
     assert len(modules) >= 39
 
@@ -111,6 +121,7 @@ def test_module_path_imports_from_mnframe_with_the_peer_names(peer_name):
 def test_nccl_names_are_listed_and_present_exactly_where_cupy_nccl_imports():
     path = _peer_modules()[NCCL_MODULE]
     import mnframe.nccl as nccl
+
     names = _cupy_nccl_names(path)
     assert names and set(names) <= set(dir(nccl))
     available = importlib.util.find_spec("cupy") is not None and nccl._available
@@ -126,6 +137,7 @@ def test_reexports_are_mnframe_objects():
     from mnframe.communicators.naive_communicator import NaiveCommunicator
     from mnframe.iterators import multi_node
     from mnframe.iterators.multi_node_iterator import create_multi_node_iterator
+
     assert FlatCommunicator is flat.FlatCommunicator and NaiveCommunicator is naive.NaiveCommunicator
     assert MpiCommunicatorBase is MpiCommunicator and issubclass(NaiveCommunicator, MpiCommunicatorBase)
     assert create_multi_node_iterator is multi_node.create_multi_node_iterator
@@ -133,10 +145,12 @@ def test_reexports_are_mnframe_objects():
 
 # -- the private helpers ChainerMN's tests call, on one rank
 
+
 def test_communication_utility_helpers():
     from mpi4py import MPI
 
     from mnframe.communicators import _communication_utility as cu
+
     assert cu.init_ranks(MPI.COMM_WORLD) == [0, 0, 1, 0, 1]
     obj = np.arange(355678)
     np.testing.assert_array_equal(cu.chunked_bcast_obj(obj, MPI.COMM_WORLD, 2378, 0), obj)
@@ -153,6 +167,7 @@ def test_memory_utility_helpers():
     import chainer.links as L
 
     from mnframe.communicators import _memory_utility as mu
+
     model = L.Classifier(L.Linear(3, 2))
     model.cleargrads()
     params = mu.extract_params_set_data(model)
@@ -168,9 +183,11 @@ def test_replica_set_parser_and_epoch_helpers_and_get_device():
     from mnframe.datasets.scatter import get_epoch_trigger, get_n_iterations_for_one_epoch
     from mnframe.extensions._multi_node_snapshot import _parse_replica_sets
     from mnframe.testing import get_device
+
     assert _parse_replica_sets([0, 1], 4) == [{0}, {1}, {2, 3}]
     assert _parse_replica_sets([range(0, 16, 2)], 16) == [set(range(0, 16, 2)), set(range(1, 16, 2))]
     import mnframe
+
     comm = mnframe.create_communicator("naive")
     with pytest.warns(DeprecationWarning):
         assert get_n_iterations_for_one_epoch(list(range(10)), 3, comm) == 4
@@ -182,6 +199,7 @@ def test_replica_set_parser_and_epoch_helpers_and_get_device():
 def test_bn_backend_selection():
     import mnframe
     from mnframe.functions.batch_normalization import get_communication_backend
+
     comm = mnframe.create_communicator("naive")
     assert get_communication_backend(comm) == "mpi" and get_communication_backend(comm, "mpi") == "mpi"
     with pytest.raises(ValueError, match="nccl is not supported"):
@@ -192,7 +210,7 @@ def test_bn_backend_selection():
 
 # -- the alias: every chainermn path is the mnframe module itself (fresh interpreter)
 
-ALIAS_CHECK = r'''
+ALIAS_CHECK = r"""
 import importlib, sys
 from mnframe.compat import install_alias
 install_alias()
@@ -214,20 +232,23 @@ except ModuleNotFoundError as e:
 else:
     raise AssertionError("chainermn.no_such_module imported")
 print("ALIAS OK", len(sys.argv) - 1)
-'''
+"""
 
 
 def test_every_peer_path_imports_through_the_alias_as_the_mnframe_module():
-    result = subprocess.run([sys.executable, "-c", ALIAS_CHECK, *PEER_MODULES], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", ALIAS_CHECK, *PEER_MODULES], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert f"ALIAS OK {len(PEER_MODULES)}" in result.stdout
 
 
 def test_alias_refuses_when_the_peer_is_already_imported():
-    code = ("import chainermn.datasets.empty_dataset\nfrom mnframe.compat import install_alias\n"
-            "try:\n    install_alias()\n"
-            "except RuntimeError as e:\n    print('REFUSED', 'already imported' in str(e))\n")
+    code = (
+        "import chainermn.datasets.empty_dataset\nfrom mnframe.compat import install_alias\n"
+        "try:\n    install_alias()\n"
+        "except RuntimeError as e:\n    print('REFUSED', 'already imported' in str(e))\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "REFUSED True" in result.stdout, result.stderr[-3000:]
 
@@ -235,6 +256,7 @@ def test_alias_refuses_when_the_peer_is_already_imported():
 def test_checkpoint_stats_and_filename_helpers():
     import mnframe
     from mnframe.extensions.checkpoint import _CheckpointStats, create_multi_node_checkpointer
+
     stats = _CheckpointStats()
     assert stats.report() == "count=0"
     for _ in range(3):
@@ -253,6 +275,7 @@ def test_checkpoint_stats_and_filename_helpers():
 def test_iterator_control_message_codec_and_scatter_index():
     from mnframe.datasets.scatter import _scatter_index
     from mnframe.iterators.multi_node_iterator import _build_ctrl_msg, _parse_ctrl_msg
+
     msg = _build_ctrl_msg(True, False, True, False, 42)
     assert _parse_ctrl_msg(msg) == (True, False, True, False, 42)
     np.testing.assert_array_equal(_build_ctrl_msg(*_parse_ctrl_msg(msg)), msg)

@@ -1,4 +1,5 @@
 """Every shipped config group option and every recipe composes and validates."""
+
 import pytest
 
 from mnframe.config import compose as C
@@ -34,8 +35,18 @@ def test_recipe_composes_and_validates(recipe):
 
 
 def _options():
-    for group in ("communicator", "optimizer", "dataset", "model", "topology", "updater",
-                  "trainer", "extensions", "checkpoint", "logger"):
+    for group in (
+        "communicator",
+        "optimizer",
+        "dataset",
+        "model",
+        "topology",
+        "updater",
+        "trainer",
+        "extensions",
+        "checkpoint",
+        "logger",
+    ):
         for option in C.list_group_options(group):
             yield group, option
 
@@ -69,10 +80,16 @@ def test_gpu_communicator_validates_with_a_gpu():
     assert cfg.communicator.name == "pure_nccl"
 
 
-@pytest.mark.parametrize("device,has_cuda,expected", [
-    ("cpu", False, "two_dimensional"), ("auto", False, "two_dimensional"),
-    ("cpu", True, "two_dimensional"), ("auto", True, "pure_nccl"), ("gpu", True, "pure_nccl"),
-])
+@pytest.mark.parametrize(
+    "device,has_cuda,expected",
+    [
+        ("cpu", False, "two_dimensional"),
+        ("auto", False, "two_dimensional"),
+        ("cpu", True, "two_dimensional"),
+        ("auto", True, "pure_nccl"),
+        ("gpu", True, "pure_nccl"),
+    ],
+)
 def test_auto_communicator_follows_the_training_device(device, has_cuda, expected):
     raw = C.compose([f"trainer.device={device}"])
     assert raw["communicator"]["name"] == "auto"  # the runner's default
@@ -90,9 +107,16 @@ def test_dual_parallel_needs_a_multiple_of_the_group():
 
 
 def test_overrides_reach_the_typed_config():
-    raw = C.compose(["recipe=mnist", "optimizer=momentum_sgd", "optimizer.lr=0.05",
-                     "trainer.stop=[5,iteration]", "extensions.progress_bar.update_interval=3",
-                     "dataset.global_batch_size=64"])
+    raw = C.compose(
+        [
+            "recipe=mnist",
+            "optimizer=momentum_sgd",
+            "optimizer.lr=0.05",
+            "trainer.stop=[5,iteration]",
+            "extensions.progress_bar.update_interval=3",
+            "dataset.global_batch_size=64",
+        ]
+    )
     cfg = validate(raw, 4)
     assert cfg.optimizer.hparams["lr"] == 0.05
     assert tuple(cfg.trainer.stop) == (5, "iteration")
@@ -103,7 +127,8 @@ def test_user_recipe_directory(tmp_path):
     (tmp_path / "my_model.yaml").write_text(
         "# @package _global_\n"
         "defaults:\n  - override /optimizer: sgd\n"
-        "name: my_model\nmodel:\n  _target_: mnframe.recipes.mnist.model.MLP\n  n_units: 16\n")
+        "name: my_model\nmodel:\n  _target_: mnframe.recipes.mnist.model.MLP\n  n_units: 16\n"
+    )
     raw = C.compose(["recipe=my_model"], [tmp_path])
     cfg = validate(raw, 1)
     assert cfg.name == "my_model" and cfg.optimizer.name == "sgd"
@@ -128,6 +153,7 @@ def test_lr_is_an_alias_of_adams_alpha(name):
 
 def test_chainer_adam_builds_chainers_own_class():
     import chainer
+
     from mnframe.builder.instantiate import import_target
     from mnframe.builder.optimizer import OPTIMIZERS
 
@@ -135,6 +161,7 @@ def test_chainer_adam_builds_chainers_own_class():
 
 
 # -- recipe-local options and the generated dataset defaults -------------------
+
 
 def test_recipe_local_options_are_group_options():
     options = C.find_recipe_options()
@@ -145,14 +172,16 @@ def test_recipe_local_options_are_group_options():
         assert option in C.list_group_options(group)
         assert not (C.CONF_DIR / group / path.name).exists(), f"{path} shadows conf/{group}/{path.name}"
     raw = C.compose(["recipe=mnist_model_parallel", "model=mlp", "dataset=mnist", "dataset.source.path=/x"])
-    assert raw["model"]["_target_"] == "mnframe.recipes.mnist.model.MLP" and raw["dataset"]["source"]["source"] == "mnist"
+    assert raw["model"]["_target_"] == "mnframe.recipes.mnist.model.MLP"
+    assert raw["dataset"]["source"]["source"] == "mnist"
     assert raw["topology"]["kind"] == "model_parallel"
 
 
 def test_user_recipe_folder_brings_its_own_options(tmp_path):
     (tmp_path / "toy" / "model").mkdir(parents=True)
     (tmp_path / "toy" / "recipe.yaml").write_text(
-        "# @package _global_\ndefaults:\n  - override /model: tiny\nname: toy\n")
+        "# @package _global_\ndefaults:\n  - override /model: tiny\nname: toy\n"
+    )
     (tmp_path / "toy" / "model" / "tiny.yaml").write_text("_target_: mnframe.recipes.mnist.model.MLP\nn_units: 8\n")
     cfg = validate(C.compose(["recipe=toy"], [tmp_path]), 1)
     assert cfg.model.kwargs["n_units"] == 8

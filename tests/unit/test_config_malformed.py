@@ -1,5 +1,6 @@
 """Malformed configs and overrides: each is refused with a ConfigError (exit
 status 2 through the CLI) whose message names the offending key."""
+
 import copy
 
 import pytest
@@ -11,25 +12,31 @@ from mnframe.config.validate import validate
 
 # (command-line overrides, world size, text the message must contain)
 OVERRIDES = [
-    (["trainer.stpo=[1,epoch]"], 1, "trainer.stpo"),                     # unknown key
+    (["trainer.stpo=[1,epoch]"], 1, "trainer.stpo"),  # unknown key
     (["trainer.stpo=[1,epoch]"], 1, "did you mean 'stop'"),
-    (["communicator=nave"], 1, "did you mean 'naive'"),                   # unknown option
+    (["communicator=nave"], 1, "did you mean 'naive'"),  # unknown option
     (["optimizer=adamm"], 1, "did you mean 'adam'"),
     (["recipe=mnits"], 1, "did you mean 'mnist'"),
-    (["dataset.batch_size=-5"], 1, "dataset.batch_size"),                 # negative
+    (["dataset.batch_size=-5"], 1, "dataset.batch_size"),  # negative
     (["dataset.batch_size=0"], 1, "dataset.batch_size"),
-    (["dataset.batch_size=abc"], 1, "dataset.batch_size"),                # wrong type
-    (["dataset.global_batch_size=10"], 3, "dataset.global_batch_size"),   # not divisible
-    (["communicator=pure_nccl"], 2, "communicator.name"),                 # GPU-only, no GPU
+    (["dataset.batch_size=abc"], 1, "dataset.batch_size"),  # wrong type
+    (["dataset.global_batch_size=10"], 3, "dataset.global_batch_size"),  # not divisible
+    (["communicator=pure_nccl"], 2, "communicator.name"),  # GPU-only, no GPU
     (["trainer.device=gpu"], 1, "trainer.device"),
     (["trainer.stop=[5,epochs]"], 1, "trainer.stop"),
     (["trainer.stop=5"], 1, "trainer.stop"),
-    (["recipe=mnist_model_parallel"], 1, "topology.ranks"),               # needs more ranks
-    (["recipe=mnist_dual_parallel"], 3, "topology.ranks"),                # not a multiple
-    (["recipe=mnist_model_parallel", "topology.ranks.1.stages.0.rank_out=null"], 2,
-     "topology.ranks.0.stages.1.rank_in"),                                 # receive without send
-    (["recipe=mnist_model_parallel", "topology.ranks.1.stages.0.rank_in=7"], 2,
-     "topology.ranks.1.stages.0.rank_in"),                                 # rank does not exist
+    (["recipe=mnist_model_parallel"], 1, "topology.ranks"),  # needs more ranks
+    (["recipe=mnist_dual_parallel"], 3, "topology.ranks"),  # not a multiple
+    (
+        ["recipe=mnist_model_parallel", "topology.ranks.1.stages.0.rank_out=null"],
+        2,
+        "topology.ranks.0.stages.1.rank_in",
+    ),  # receive without send
+    (
+        ["recipe=mnist_model_parallel", "topology.ranks.1.stages.0.rank_in=7"],
+        2,
+        "topology.ranks.1.stages.0.rank_in",
+    ),  # rank does not exist
     (["dataset.strategy=scater"], 2, "did you mean 'scatter'"),
     (["resume=sometimes"], 1, "resume"),
     (["extensions.log_report.interval=0"], 1, "extensions.log_report.interval"),
@@ -39,8 +46,7 @@ OVERRIDES = [
 ]
 
 
-@pytest.mark.parametrize("overrides,world,needle", OVERRIDES,
-                         ids=[" ".join(o) + f"@{w}" for o, w, _ in OVERRIDES])
+@pytest.mark.parametrize("overrides,world,needle", OVERRIDES, ids=[" ".join(o) + f"@{w}" for o, w, _ in OVERRIDES])
 def test_override_is_refused(overrides, world, needle):
     with pytest.raises(ConfigError) as info:
         cli.check(overrides, world, has_cuda=False)
@@ -75,7 +81,7 @@ _DELETE = object()
 
 # (path to set, value, text the message must contain) on the mnist recipe
 MUTATIONS = [
-    ("learning_rate", 0.1, "learning_rate"),                      # unknown top-level key
+    ("learning_rate", 0.1, "learning_rate"),  # unknown top-level key
     ("optimzer", {}, "did you mean 'optimizer'"),
     ("trainer.devise", "cpu", "trainer.devise"),
     ("dataset.batchsize", 10, "did you mean 'batch_size'"),
@@ -103,8 +109,8 @@ MUTATIONS = [
     ("name", "", "name"),
     ("seed", "x", "seed"),
     ("dataset.loader", "threads", "dataset.loader"),
-    ("model", None, "model"),                                      # data parallel without model
-    ("trainer", _DELETE, "trainer"),                               # missing section
+    ("model", None, "model"),  # data parallel without model
+    ("trainer", _DELETE, "trainer"),  # missing section
     ("checkpoint.resume", "must", "resume=auto|must|never"),
 ]
 

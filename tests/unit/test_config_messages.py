@@ -1,6 +1,7 @@
 """The messages bad input gets (issue 17, "Messages"): each names the key the user
 wrote, what is allowed, and a fix; problems found by different checks are
 reported together. Through compose + validate, as ``--check`` runs them."""
+
 import pytest
 
 from mnframe import cli
@@ -99,8 +100,10 @@ def test_errors_of_different_checks_are_reported_together():
 
 def test_broken_yaml_in_config_dir_fails_only_its_recipe(tmp_path):
     (tmp_path / "broken.yaml").write_text("# @package _global_\nname: [oops\n")
-    (tmp_path / "mine.yaml").write_text("# @package _global_\ndefaults:\n  - override /optimizer: sgd\n"
-                                        "name: mine\nmodel: {_target_: mnframe.recipes.mnist.model.MLP, n_units: 8}\n")
+    (tmp_path / "mine.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /optimizer: sgd\n"
+        "name: mine\nmodel: {_target_: mnframe.recipes.mnist.model.MLP, n_units: 8}\n"
+    )
     assert validate(C.compose(["recipe=mnist"], [tmp_path]), 1).name == "mnist"
     assert validate(C.compose(["recipe=mine"], [tmp_path]), 1).name == "mine"
     with pytest.raises(ConfigError) as info:
@@ -150,6 +153,5 @@ def test_refused_overrides_and_validation_problems_come_in_one_message():
         cli.check(["trainer.stpo=1", "optimizer=adamm", "model.n_unitz=3", "dataset.strategy=scater"], 2)
     text = str(info.value)
     assert "4 problems" in text
-    for needle in ("did you mean 'stop'", "did you mean 'adam'", "did you mean 'n_units'",
-                   "did you mean 'scatter'"):
+    for needle in ("did you mean 'stop'", "did you mean 'adam'", "did you mean 'n_units'", "did you mean 'scatter'"):
         assert needle in text

@@ -1,6 +1,7 @@
 """Each fact about a component lives in one place (issue 19): the extension kinds
 and lr schedules are the typed models themselves, and the arguments the builder
 passes to an updater are one table that the validator reads."""
+
 import typing
 
 import pytest
@@ -14,8 +15,16 @@ from mnframe.config.validate import validate
 
 def test_every_extension_kind_is_a_model_that_builds_itself():
     kinds = extension_kinds()
-    assert {"evaluator", "log_report", "print_report", "progress_bar", "plot", "observe_lr",
-            "tensorboard", "custom"} == set(kinds)
+    assert {
+        "evaluator",
+        "log_report",
+        "print_report",
+        "progress_bar",
+        "plot",
+        "observe_lr",
+        "tensorboard",
+        "custom",
+    } == set(kinds)
     for kind, model in kinds.items():
         assert issubclass(model, ExtensionBase)
         assert model.build is not ExtensionBase.build, kind
@@ -34,8 +43,10 @@ def test_every_schedule_is_a_model_that_builds_itself():
 
 
 def test_extensions_are_typed_by_the_config_not_by_the_pipeline():
-    cfg = validate(C.compose(["extensions.plot_loss=null", "+extensions.mine={_target_: "
-                              "chainer.training.extensions.observe_lr}"]), 1)
+    cfg = validate(
+        C.compose(["extensions.plot_loss=null", "+extensions.mine={_target_: chainer.training.extensions.observe_lr}"]),
+        1,
+    )
     assert "plot_loss" not in cfg.extensions
     assert type(cfg.extensions["plot_accuracy"]).__name__ == "PlotExt"  # kind: plot
     assert type(cfg.extensions["progress_bar"]).__name__ == "ProgressBarExt"  # kind: its key
@@ -43,7 +54,7 @@ def test_extensions_are_typed_by_the_config_not_by_the_pipeline():
     assert typing.get_args(Extension)  # a discriminated union
 
 
-UPDATER = '''
+UPDATER = """
 import chainer
 
 
@@ -56,7 +67,7 @@ class NeedsModels(chainer.training.updaters.StandardUpdater):
 class NeedsConverter(chainer.training.updaters.StandardUpdater):
     def __init__(self, iterator, optimizer, converter, device=None):
         super().__init__(iterator, optimizer, converter=converter, device=device)
-'''
+"""
 
 
 def test_updater_arguments_the_builder_provides_are_the_ones_validation_accepts(tmp_path, monkeypatch):

@@ -1,4 +1,5 @@
 """Static checks of model-parallel rank graphs (no MPI)."""
+
 import pytest
 
 from mnframe.config.schema import ModelParallelTopology
@@ -14,8 +15,9 @@ def _stage(rank_in, rank_out):
 def _topo(*ranks):
     plans = []
     for i, stages in enumerate(ranks):
-        plans.append({"dataset": "input" if i == 0 else "empty", "classifier": i == 0,
-                      "stages": [_stage(*s) for s in stages]})
+        plans.append(
+            {"dataset": "input" if i == 0 else "empty", "classifier": i == 0, "stages": [_stage(*s) for s in stages]}
+        )
     return ModelParallelTopology.model_validate({"kind": "model_parallel", "ranks": plans})
 
 
@@ -24,7 +26,11 @@ def test_two_rank_mlp_is_ok_and_ordered():
     report = check_graph(topo)
     assert report.ok
     assert [(s, d, op.phase) for s, d, op in report.steps] == [
-        (0, 1, "forward"), (1, 0, "forward"), (0, 1, "backward"), (1, 0, "backward")]
+        (0, 1, "forward"),
+        (1, 0, "forward"),
+        (0, 1, "backward"),
+        (1, 0, "backward"),
+    ]
 
 
 def test_three_rank_pipeline_is_ok():
@@ -79,7 +85,11 @@ def test_schedule_backward_is_reversed():
     topo = _topo([(None, 1), (1, None)], [(0, 0)])
     ops = rank_schedule(topo.ranks[0])
     assert [(o.kind, o.phase) for o in ops] == [
-        ("send", "forward"), ("recv", "forward"), ("send", "backward"), ("recv", "backward")]
+        ("send", "forward"),
+        ("recv", "forward"),
+        ("send", "backward"),
+        ("recv", "backward"),
+    ]
 
 
 def test_mapping_form_of_ranks_is_accepted():
@@ -100,6 +110,7 @@ def test_describe_and_picture(tmp_path):
 
 
 # -- hand-offs to the own rank (ChainerMN's branching and twisting models) ---------------------
+
 
 def test_branching_through_the_own_rank_is_ok():
     parent = [(None, [0, 1, 2]), (0, 0), ([0, 1, 2], None)]

@@ -1,4 +1,5 @@
 """Partition rules, the chunk schedule and the evaluator's weighting, without MPI."""
+
 import numpy as np
 import pytest
 

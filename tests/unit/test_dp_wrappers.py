@@ -1,14 +1,16 @@
 """The optimizer wrapper's forwarding and synchronisation logic, with a one-rank fake communicator."""
+
 import chainer
 import chainer.links as L
 import numpy as np
 
-from mnframe.optimizers import create_multi_node_optimizer
 from mnframe.iterators import start_method
+from mnframe.optimizers import create_multi_node_optimizer
 
 
 class FakeComm:
     """Records calls; with one rank, broadcast and mean are identities."""
+
     rank, size = 0, 1
     mpi_comm = None
 
@@ -52,12 +54,14 @@ def test_lazy_link_broadcast_skips_that_step():
 
 def test_start_method_keeps_an_explicit_choice(monkeypatch):
     import multiprocessing
+
     monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "spawn")
     assert start_method.use_safe_start_method() == "spawn"
 
 
 def test_bad_arguments_say_what_to_pass():
     import pytest
+
     with pytest.raises(TypeError, match="chainer.Optimizer"):
         create_multi_node_optimizer(object(), FakeComm())
     with pytest.raises(TypeError, match="create_communicator"):
@@ -66,6 +70,7 @@ def test_bad_arguments_say_what_to_pass():
 
 def test_generic_evaluator_without_communicator():
     import numpy as np
+
     from mnframe.extensions.evaluator import GenericMultiNodeEvaluator
 
     class Count(GenericMultiNodeEvaluator):
@@ -109,7 +114,7 @@ def test_resume_repeats_the_broadcast_only_update_when_it_was_not_made():
         model = L.Linear(3, 2)
         opt = create_multi_node_optimizer(chainer.optimizers.SGD(), comm).setup(model)
         opt.serialize(chainer.serializers.NpzDeserializer(state))
-        opt.update(lambda x: chainer.functions.sum(model(x)), np.ones((1, 3), np.float32))
+        opt.update(lambda x: chainer.functions.sum(model(x)), np.ones((1, 3), np.float32))  # noqa: B023
         assert comm.calls == ["bcast", first_call] and opt.t == max(updates - 1, 0) + (updates > 0)
 
 

@@ -1,6 +1,7 @@
 """The tensorboard logger in one process: every LogReport entry lands in the event
 files once, also across a resume (entries restored from the checkpoint are not
 written again)."""
+
 import json
 
 import pytest
@@ -12,9 +13,18 @@ from mnframe.testing.tensorboard_events import read_scalars
 
 
 def _run(run_dir, stop):
-    raw = C.compose(["logger=tensorboard", "extensions=minimal", "model.n_units=8", "dataset.batch_size=16",
-                     f"trainer.stop=[{stop},iteration]", "checkpoint.interval=2",
-                     "extensions.log_report.interval=1", "extensions.log_report.unit=iteration"])
+    raw = C.compose(
+        [
+            "logger=tensorboard",
+            "extensions=minimal",
+            "model.n_units=8",
+            "dataset.batch_size=16",
+            f"trainer.stop=[{stop},iteration]",
+            "checkpoint.interval=2",
+            "extensions.log_report.interval=1",
+            "extensions.log_report.unit=iteration",
+        ]
+    )
     pipeline.run(validate(raw, 1), str(run_dir), config=raw, config_hash="x")
 
 

@@ -1,4 +1,5 @@
 """Single-process checks of the links/extensions helpers (MPI.COMM_SELF as communicator)."""
+
 import copy
 import os
 
@@ -14,14 +15,17 @@ from mnframe.extensions.snapshot import parse_replica_sets
 from mnframe.links import MultiNodeBatchNormalization, create_mnbn_model
 
 
-@pytest.mark.parametrize("spec,size,expected", [
-    ([0], 4, [{0}, {1, 2, 3}]),
-    ([0, 1], 4, [{0}, {1}, {2, 3}]),
-    ([[0, 1], [2, 3]], 4, [{0, 1}, {2, 3}]),
-    ([], 4, [{0, 1, 2, 3}]),
-    ([range(0, 8, 2)], 8, [set(range(0, 8, 2)), set(range(1, 8, 2))]),
-    ([0], 1, [{0}]),
-])
+@pytest.mark.parametrize(
+    "spec,size,expected",
+    [
+        ([0], 4, [{0}, {1, 2, 3}]),
+        ([0, 1], 4, [{0}, {1}, {2, 3}]),
+        ([[0, 1], [2, 3]], 4, [{0, 1}, {2, 3}]),
+        ([], 4, [{0, 1, 2, 3}]),
+        ([range(0, 8, 2)], 8, [set(range(0, 8, 2)), set(range(1, 8, 2))]),
+        ([0], 1, [{0}]),
+    ],
+)
 def test_parse_replica_sets(spec, size, expected):
     assert parse_replica_sets(spec, size) == expected
 
@@ -47,10 +51,15 @@ def test_archive_problem_detects_truncation_and_bit_flips(tmp_path):
     assert _archive_problem(str(tmp_path / "missing")) is not None
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(name=""), "name"), (dict(name="a/b"), "name"),
-    (dict(cp_interval=0), "cp_interval"), (dict(gc_interval=-1), "gc_interval"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(name=""), "name"),
+        (dict(name="a/b"), "name"),
+        (dict(cp_interval=0), "cp_interval"),
+        (dict(gc_interval=-1), "gc_interval"),
+    ],
+)
 def test_checkpointer_argument_errors(kwargs, match):
     args = dict(name="run", comm=MPI.COMM_SELF)
     args.update(kwargs)
@@ -60,8 +69,7 @@ def test_checkpointer_argument_errors(kwargs, match):
 
 def test_checkpointer_single_process_roundtrip(tmp_path):
     model = L.Linear(2, 2)
-    cp = create_multi_node_checkpointer("solo", MPI.COMM_SELF, cp_interval=1, gc_interval=1,
-                                        path=str(tmp_path))
+    cp = create_multi_node_checkpointer("solo", MPI.COMM_SELF, cp_interval=1, gc_interval=1, path=str(tmp_path))
     for it in (1, 2, 3):
         model.W.array[:] = it
         cp.save(model, it)
@@ -80,6 +88,7 @@ def test_mnbn_backend_validation():
         MultiNodeBatchNormalization(3, MPI.COMM_SELF, communication_backend="gloo")
     try:
         import cupy  # noqa: F401
+
         pytest.skip("CuPy is installed: the missing-NCCL error cannot be provoked")
     except ImportError:
         pass

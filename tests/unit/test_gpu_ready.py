@@ -11,15 +11,15 @@
   of their owner and of the communicator;
 * the runner accepts double buffering with every communicator.
 """
+
 import logging
 import sys
 import types
 import warnings
 
+import chainer
 import numpy as np
 import pytest
-
-import chainer
 
 import mnframe as chainermn
 from mnframe import cuda_env, doctor
@@ -28,15 +28,31 @@ from mnframe.communicators import nccl_ops
 
 
 def _probe(major, package=None, cupy="14.2.0", nccl=None, cudnn=False):
-    return cuda_env.CudaProbe(problem=None, device_count=1, cupy_version=cupy,
-                              cupy_package=package or f"cupy-cuda{major}x", cuda_major=major,
-                              nccl_problem=nccl, has_cudnn=cudnn)
+    return cuda_env.CudaProbe(
+        problem=None,
+        device_count=1,
+        cupy_version=cupy,
+        cupy_package=package or f"cupy-cuda{major}x",
+        cuda_major=major,
+        nccl_problem=nccl,
+        has_cudnn=cudnn,
+    )
 
 
 # --------------------------------------------------------------------------- hints (item 7)
 
-@pytest.mark.parametrize("dist,major", [("cupy-cuda13x", 13), ("cupy-cuda12x", 12), ("cupy_cuda11x", 11),
-                                        ("cupy-cuda114", 11), ("cupy", None), (None, None)])
+
+@pytest.mark.parametrize(
+    "dist,major",
+    [
+        ("cupy-cuda13x", 13),
+        ("cupy-cuda12x", 12),
+        ("cupy_cuda11x", 11),
+        ("cupy-cuda114", 11),
+        ("cupy", None),
+        (None, None),
+    ],
+)
 def test_cuda_major_from_the_cupy_distribution(dist, major):
     assert cuda_env.cuda_major_of(dist) == major
 
@@ -75,6 +91,7 @@ def test_doctor_without_cupy(monkeypatch):
 
 # --------------------------------------------------------------------------- cuDNN (item 2)
 
+
 def test_doctor_says_which_cupy_keeps_cudnn(monkeypatch):
     monkeypatch.setattr(cuda_env, "probe", lambda: _probe(13))
     results = {r.step: r for r in doctor.check_cuda()}
@@ -87,8 +104,13 @@ def test_doctor_says_which_cupy_keeps_cudnn(monkeypatch):
 
 def _chainer_cudnn_warning():
     # the warning as chainer.backends.cuda.check_cuda_available issues it (module chainer.backends.cuda)
-    warnings.warn_explicit("cuDNN is not enabled.\nPlease reinstall CuPy after you install cudnn",
-                           UserWarning, "cuda.py", 154, module="chainer.backends.cuda")
+    warnings.warn_explicit(
+        "cuDNN is not enabled.\nPlease reinstall CuPy after you install cudnn",
+        UserWarning,
+        "cuda.py",
+        154,
+        module="chainer.backends.cuda",
+    )
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -101,7 +123,7 @@ def test_one_cudnn_note_on_rank_0_instead_of_a_warning_per_rank(monkeypatch, cap
         cuda_env.quiet_cudnn_warning(rank)  # idempotent
         _chainer_cudnn_warning()
         warnings.warn_explicit("cuDNN is not enabled", UserWarning, "x.py", 1, module="somebody.else")
-        warnings.warn("another chainer warning", UserWarning)
+        warnings.warn("another chainer warning", UserWarning, stacklevel=1)
     texts = [str(w.message) for w in seen]
     assert not any(t.startswith("cuDNN is not enabled.\nPlease") for t in texts)  # Chainer's: filtered
     assert "cuDNN is not enabled" in texts and "another chainer warning" in texts  # the rest: kept
@@ -119,6 +141,7 @@ def test_no_note_where_cudnn_works(monkeypatch, caplog):
 
 # --------------------------------------------------------------------------- CuPy's generator (item 4)
 
+
 class _FakeGenerator:
     """Stands in for cupy.random.RandomState: a seed plus how far it has drawn (cuRAND's hidden offset)."""
 
@@ -126,7 +149,7 @@ class _FakeGenerator:
         self.seed(seed)
 
     def seed(self, seed=None):
-        self._state = np.random.RandomState(int(seed) % (2 ** 32))
+        self._state = np.random.RandomState(int(seed) % (2**32))
 
     def random_sample(self, size, dtype=np.float64):
         values = self._state.random_sample(size).astype(dtype)
@@ -142,10 +165,12 @@ def _fake_cupy(monkeypatch, device_id=0):
     def seed(s):
         get_random_state().seed(s)
 
-    random_mod = types.SimpleNamespace(_generator=types.SimpleNamespace(_random_states=states),
-                                       get_random_state=get_random_state, seed=seed)
-    fake = types.SimpleNamespace(random=random_mod,
-                                 cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(id=device_id)))
+    random_mod = types.SimpleNamespace(
+        _generator=types.SimpleNamespace(_random_states=states), get_random_state=get_random_state, seed=seed
+    )
+    fake = types.SimpleNamespace(
+        random=random_mod, cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(id=device_id))
+    )
     monkeypatch.setitem(sys.modules, "cupy", fake)
     return fake
 
@@ -163,13 +188,13 @@ def _load(state, saved):
 def test_cupy_generator_is_seeded_saved_and_restored(monkeypatch):
     cupy = _fake_cupy(monkeypatch)
     rng.seed_cupy(7)
-    state = rng.RngState(lambda: {})
+    state = rng.RngState(dict)
     draw = lambda: cupy.random.get_random_state().random_sample((4,)).get()  # noqa: E731
     draw()
     saved = _save(state)
     assert "cupy_seed" in saved
     after_save = [draw() for _ in range(3)]  # the uninterrupted run goes on from the re-seeding point
-    cupy.random.seed(12345)                  # a resumed process: whatever state it started with
+    cupy.random.seed(12345)  # a resumed process: whatever state it started with
     draw()
     _load(state, saved)
     resumed = [draw() for _ in range(3)]
@@ -179,6 +204,7 @@ def test_cupy_generator_is_seeded_saved_and_restored(monkeypatch):
 
 def test_seed_everything_seeds_cupy_on_a_gpu_device(monkeypatch):
     from mnframe import pipeline
+
     cupy = _fake_cupy(monkeypatch)
     gpu = types.SimpleNamespace(xp=cupy)
     pipeline.seed_everything(3, gpu)
@@ -189,13 +215,14 @@ def test_seed_everything_seeds_cupy_on_a_gpu_device(monkeypatch):
 
 def test_checkpoints_without_cupy_are_unchanged(monkeypatch):
     monkeypatch.delitem(sys.modules, "cupy", raising=False)
-    saved = _save(rng.RngState(lambda: {}))
+    saved = _save(rng.RngState(dict))
     assert "cupy_seed" not in saved
     _fake_cupy(monkeypatch)  # a GPU job resuming a CPU job's checkpoint keeps its own seed
-    _load(rng.RngState(lambda: {}), saved)
+    _load(rng.RngState(dict), saved)
 
 
 # --------------------------------------------------------------------------- closing NCCL groups (item 5)
+
 
 class _FakeGroup:
     closed = 0
@@ -206,6 +233,7 @@ class _FakeGroup:
 
 def _stream_averager(comm):
     from mnframe.optimizers.double_buffering_nccl import StreamStaleAverager
+
     averager = StreamStaleAverager.__new__(StreamStaleAverager)  # no CuPy: only the close path is exercised
     averager.communicator, averager._pending, averager._slots = comm, None, {}
     averager._nccl = _FakeGroup()
@@ -237,6 +265,7 @@ def test_mpi_double_buffering_finalize_waits():
 
 def test_mnbn_group_closed_by_link_and_communicator():
     from mnframe.links import batch_normalization as bn
+
     comm = chainermn.create_communicator("naive")
     link = chainermn.links.MultiNodeBatchNormalization(3, comm, communication_backend="mpi")
     exchange = bn._NcclExchange(comm)
@@ -252,9 +281,11 @@ def test_mnbn_group_closed_by_link_and_communicator():
 
 # --------------------------------------------------------------------------- runner (item 6)
 
+
 @pytest.mark.parametrize("name", ["two_dimensional", "flat", "naive", "hierarchical"])
 def test_runner_accepts_double_buffering_with_every_cpu_communicator(name):
     from mnframe import cli
+
     text = cli.check([f"communicator={name}", "optimizer.double_buffering=true"], 2, has_cuda=False)
     assert "double_buffering" in text or text
 
@@ -265,9 +296,19 @@ def test_gpu_check_training_overrides_validate():
     from pathlib import Path
 
     from mnframe import cli
+
     script = (Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.sh").read_text()
     words = re.search(r'^RESNET_ARGS="([^"]+)"', script, re.M).group(1).split()
     for comm in ("pure_nccl", "two_dimensional"):
-        text = cli.check(words + ["dataset.source.n_synthetic=384", "dataset.batch_size=16", f"communicator={comm}",
-                                  "trainer.stop=[12,iteration]"], 2, has_cuda=True)
+        text = cli.check(
+            words
+            + [
+                "dataset.source.n_synthetic=384",
+                "dataset.batch_size=16",
+                f"communicator={comm}",
+                "trainer.stop=[12,iteration]",
+            ],
+            2,
+            has_cuda=True,
+        )
         assert f"communicator {comm}" in text

@@ -1,4 +1,5 @@
 """The one import-path resolver (mnframe._import_path): both spellings, and the validator's messages."""
+
 import pytest
 
 from mnframe._import_path import locate, resolve
@@ -21,12 +22,15 @@ def test_modules_and_nested_attributes():
     assert resolve(len) is len  # anything but a string is itself
 
 
-@pytest.mark.parametrize("path,problem,hint", [
-    ("foo", "not a dotted path", None),
-    ("nosuchpkg.mod.Thing", "cannot import module 'nosuchpkg.mod'", None),
-    ("mnframe.recipes.mnist.model.MPL", "module 'mnframe.recipes.mnist.model' has no attribute 'MPL'", "MLP"),
-    ("mnframe.recipes.mnist.model:MPL", "module 'mnframe.recipes.mnist.model' has no attribute 'MPL'", "MLP"),
-])
+@pytest.mark.parametrize(
+    "path,problem,hint",
+    [
+        ("foo", "not a dotted path", None),
+        ("nosuchpkg.mod.Thing", "cannot import module 'nosuchpkg.mod'", None),
+        ("mnframe.recipes.mnist.model.MPL", "module 'mnframe.recipes.mnist.model' has no attribute 'MPL'", "MLP"),
+        ("mnframe.recipes.mnist.model:MPL", "module 'mnframe.recipes.mnist.model' has no attribute 'MPL'", "MLP"),
+    ],
+)
 def test_locate_says_what_is_wrong(path, problem, hint):
     obj, text, suggestion = locate(path)
     assert obj is None and problem in text and suggestion == hint

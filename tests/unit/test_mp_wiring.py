@@ -1,5 +1,6 @@
 """Model-parallel pieces that need no MPI: wiring validation, the wiring
 description, argument checks of the functions, and pseudo_connect."""
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
@@ -35,15 +36,22 @@ def test_wiring_is_normalized_and_read_only():
     assert len(model.wiring()) == 3 and len(model) == 3
 
 
-@pytest.mark.parametrize("rank_in,rank_out,match", [
-    (None, 4, r"component 0:Linear: rank_out=4 names rank\(s\) \[4\] outside the communicator \(ranks 0..3"),
-    ([1, -1], None, r"component 0:Linear: rank_in=\[1, -1\] names rank\(s\) \[-1\]"),
-    (2, None, r"component 0:Linear: rank_in=2 receives from this process's own rank 2 1 time\(s\), "
-              r"but earlier components sent to it only 0"),
-    ([], None, r"rank_in=\[\] must be an int, a non-empty list"),
-    (True, None, r"rank_in=True must be an int"),
-    ("1", None, r"rank_in='1' must be an int"),
-])
+@pytest.mark.parametrize(
+    "rank_in,rank_out,match",
+    [
+        (None, 4, r"component 0:Linear: rank_out=4 names rank\(s\) \[4\] outside the communicator \(ranks 0..3"),
+        ([1, -1], None, r"component 0:Linear: rank_in=\[1, -1\] names rank\(s\) \[-1\]"),
+        (
+            2,
+            None,
+            r"component 0:Linear: rank_in=2 receives from this process's own rank 2 1 time\(s\), "
+            r"but earlier components sent to it only 0",
+        ),
+        ([], None, r"rank_in=\[\] must be an int, a non-empty list"),
+        (True, None, r"rank_in=True must be an int"),
+        ("1", None, r"rank_in='1' must be an int"),
+    ],
+)
 def test_wrong_wiring_names_component_and_ranks(rank_in, rank_out, match):
     model = mnframe.MultiNodeChainList(FakeComm(2, 4))
     with pytest.raises(ValueError, match=match):
@@ -58,8 +66,11 @@ def test_hand_offs_to_the_own_rank_are_counted_in_order():
     model.add_link(L.Linear(2, 2), rank_in=2, rank_out=2)
     model.add_link(L.Linear(2, 2), rank_in=[2, 2], rank_out=None)
     assert model.wiring()[0] == ("0:Linear", None, (0, 2, 2))
-    with pytest.raises(ValueError, match=r"component 3:Linear: rank_in=\[2, 1\] receives from this process's own "
-                       r"rank 2 1 time\(s\), but earlier components sent to it only 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"component 3:Linear: rank_in=\[2, 1\] receives from this process's own "
+        r"rank 2 1 time\(s\), but earlier components sent to it only 0",
+    ):
         model.add_link(L.Linear(2, 2), rank_in=[2, 1], rank_out=3)
     assert len(model) == 3
 
@@ -122,7 +133,7 @@ def test_pseudo_connect_passes_values_and_gradients(dtype):
 
 def test_pseudo_connect_without_delegate_and_without_values():
     x = chainer.Variable(np.ones(2, np.float32))
-    y, = mnf.pseudo_connect(None, x)
+    (y,) = mnf.pseudo_connect(None, x)
     F.sum(y).backward()
     np.testing.assert_array_equal(x.grad, np.ones(2, np.float32))
     with pytest.raises(ValueError, match="at least one"):
@@ -131,9 +142,10 @@ def test_pseudo_connect_without_delegate_and_without_values():
 
 def test_pseudo_connect_stays_a_function_after_importing_its_module():
     import importlib
+
     importlib.import_module("mnframe.functions.connect")
     x = chainer.Variable(np.ones(2, np.float32))
-    y, = mnframe.functions.pseudo_connect(None, x)
+    (y,) = mnframe.functions.pseudo_connect(None, x)
     np.testing.assert_array_equal(y.array, x.array)
 
 

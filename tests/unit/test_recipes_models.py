@@ -4,10 +4,11 @@ Models that communicate (seq2seq, parallel convolution) run here against an
 in-process stand-in for the communicator and ``mnframe.functions``, checking
 the local math; tests/mpi/test_recipes_*.py runs them across real ranks.
 """
-import numpy as np
-import pytest
+
 import chainer
 import chainer.links as L
+import numpy as np
+import pytest
 
 from mnframe.recipes.cifar.models import VGG
 from mnframe.recipes.dcgan.models import Discriminator, Generator
@@ -38,7 +39,7 @@ def test_model_parallel_components_compose_to_the_mlp():
     assert y.shape == (3, 10)
 
 
-@pytest.mark.parametrize('name', sorted(ARCHS))
+@pytest.mark.parametrize("name", sorted(ARCHS))
 def test_imagenet_models_report_loss_and_accuracy(name):
     cls = ARCHS[name]
     model = cls(n_class=4, width=0.0625)
@@ -46,9 +47,9 @@ def test_imagenet_models_report_loss_and_accuracy(name):
     x = np.random.rand(2, 3, 64, 64).astype(np.float32)
     observation = {}
     with chainer.reporter.Reporter().scope(observation):
-        chainer.reporter.get_current_reporter().add_observer('main', model)
+        chainer.reporter.get_current_reporter().add_observer("main", model)
         loss = model(x, np.array([0, 3], np.int32))
-    assert {'main/loss', 'main/accuracy'} <= set(observation)
+    assert {"main/loss", "main/accuracy"} <= set(observation)
     _backward_fills_grads(model, loss)
 
 
@@ -75,6 +76,7 @@ class _LoopbackComm:
 def _fake_functions(monkeypatch):
     """Replace mnframe.functions' send/recv/allgather with in-process versions."""
     import chainer.functions as F
+
     from mnframe import functions as mnf
 
     mailbox = []
@@ -90,7 +92,7 @@ def _fake_functions(monkeypatch):
         # only used with one simulated rank here: the gathered tuple is (x,)
         return tuple(F.identity(x) for _ in range(comm.size))
 
-    for name, fn in (('send', send), ('recv', recv), ('allgather', allgather)):
+    for name, fn in (("send", send), ("recv", recv), ("allgather", allgather)):
         monkeypatch.setattr(mnf, name, fn, raising=False)
     return mailbox
 

@@ -1,4 +1,5 @@
 """mnframe.checkpoint without MPI: atomic store, verification, fall-back, config diff, RNG states."""
+
 import os
 import random
 
@@ -19,6 +20,7 @@ from mnframe.runtime.errors import CheckpointError, ConfigError
 def SoloComm():
     """A one-rank communicator (MPI's own COMM_SELF)."""
     from mpi4py import MPI
+
     return MPI.COMM_SELF
 
 
@@ -27,6 +29,7 @@ def _writer(payload):
         with open(os.path.join(tmp, "rank_00000.npz"), "wb") as f:
             f.write(payload)
         return ["rank_00000.npz"]
+
     return write
 
 
@@ -95,6 +98,7 @@ def test_failed_writer_commits_nothing(tmp_path):
 
     def broken(tmp):
         raise OSError("disk full")
+
     with pytest.raises(CheckpointError, match="rank 0: OSError: disk full"):
         s.save(5, broken)
     assert s.committed() == [] and not os.listdir(s.root)
@@ -116,6 +120,7 @@ def test_rng_state_roundtrip(tmp_path):
 
     class It:
         order_sampler = chainer.iterators.ShuffleOrderSampler(sampler_rs)
+
     state = RngState(lambda: {"main": It()})
     np.random.seed(1)
     random.seed(2)

@@ -1,4 +1,5 @@
 """mnframe.runtime without MPI: exit statuses, deadlines, timeout report, debug-mode helpers."""
+
 import sys
 import threading
 
@@ -77,8 +78,10 @@ def test_debug_point_to_point_names():
 
 
 def test_no_guard_opt_out(monkeypatch):
-    from mnframe.runtime import activation
     import types
+
+    from mnframe.runtime import activation
+
     monkeypatch.setitem(activation._done, "activated", False)
     monkeypatch.setitem(activation._done, "validated", False)
     # Earlier tests in this process may have started a watchdog: start from none.
@@ -116,10 +119,12 @@ def test_preemption_agree_on_one_rank_needs_no_collective():
 def test_import_hook_is_inert_without_mpi_and_the_guard_chains_past_it(monkeypatch):
     """``import mnframe`` installs early_hook; without a running MPI job it only calls the previous hook."""
     from mnframe.runtime import early_hook
+
     calls = []
 
     def users_hook(*args):
         calls.append(args[0])
+
     monkeypatch.setattr(sys, "excepthook", users_hook)
     monkeypatch.setattr(early_hook._hook, "previous", sys.__excepthook__)
     early_hook.install()
@@ -133,6 +138,7 @@ def test_import_hook_is_inert_without_mpi_and_the_guard_chains_past_it(monkeypat
 
 def test_import_mnframe_stays_cheap():
     import subprocess
+
     code = "import sys, mnframe; print(sorted(m for m in ('mpi4py', 'chainer', 'socket') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr

@@ -1,4 +1,5 @@
 """The MNFRAME_* settings table (mnframe/runtime/settings.py): parsing, validation, and the docs."""
+
 import re
 from pathlib import Path
 
@@ -10,8 +11,10 @@ from mnframe.runtime.errors import ConfigError
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("raw,seconds", [("600", 600), ("0", 0), ("2.5", 2.5), ("90s", 90), ("10m", 600),
-                                         ("1h", 3600), (" 5S ", 5), (".5", 0.5)])
+@pytest.mark.parametrize(
+    "raw,seconds",
+    [("600", 600), ("0", 0), ("2.5", 2.5), ("90s", 90), ("10m", 600), ("1h", 3600), (" 5S ", 5), (".5", 0.5)],
+)
 def test_durations_accept_units(raw, seconds):
     assert settings.seconds(raw) == seconds
 
@@ -26,8 +29,7 @@ def test_bad_durations_are_rejected_naming_variable_and_form(raw):
 
 def test_every_bad_setting_is_named_at_once():
     with pytest.raises(ConfigError) as info:
-        settings.validate({"MNFRAME_EXIT_GRACE": "soon", "MNFRAME_NO_GUARD": "maybe",
-                           "MNFRAME_FAKE_NODE_SIZE": "0"})
+        settings.validate({"MNFRAME_EXIT_GRACE": "soon", "MNFRAME_NO_GUARD": "maybe", "MNFRAME_FAKE_NODE_SIZE": "0"})
     text = str(info.value)
     assert "MNFRAME_EXIT_GRACE='soon'" in text and "MNFRAME_NO_GUARD='maybe'" in text
     assert "MNFRAME_FAKE_NODE_SIZE='0'" in text and "positive integer" in text

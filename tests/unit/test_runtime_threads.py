@@ -1,4 +1,5 @@
 """BLAS/OpenMP thread pools per rank (mnframe.runtime.threads)."""
+
 import pytest
 
 from mnframe.runtime import threads as T

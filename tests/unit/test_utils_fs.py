@@ -1,4 +1,5 @@
 """mnframe.utils.fs: atomic writes publish all or nothing."""
+
 import os
 
 import numpy as np

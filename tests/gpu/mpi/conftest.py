@@ -4,6 +4,7 @@ Each rank uses GPU ``world rank % device count`` (fake nodes restart
 ``intra_rank`` at 0, so the world rank keeps ranks on distinct GPUs when there
 are enough). A failing rank prints its report and aborts the job, as in tests/mpi.
 """
+
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -18,6 +19,7 @@ from mnframe.testing.mpi_pytest import *  # noqa: E402,F401,F403  (abort on fail
 def cupy():
     import cupy
     from mpi4py import MPI
+
     cupy.cuda.Device(MPI.COMM_WORLD.rank % cupy.cuda.runtime.getDeviceCount()).use()
     return cupy
 

@@ -3,13 +3,13 @@
 Rank r's gradients are (r + 1) * base, with ``base`` drawn identically on every
 rank, so the mean is (size + 1) / 2 * base, whatever the rank count.
 """
-import os
 
-import numpy as np
-import pytest
+import os
 
 import chainer
 import chainer.links as L
+import numpy as np
+import pytest
 
 import mnframe as chainermn
 
@@ -34,13 +34,16 @@ def _check(cupy, comm, model, base, tol, what):
     want = (comm.size + 1) / 2.0
     for n, p in sorted(model.namedparams()):
         assert isinstance(p.grad, cupy.ndarray) and p.grad.dtype == p.array.dtype, (what, n)
-        np.testing.assert_allclose(cupy.asnumpy(p.grad).astype(np.float64), want * base[n],
-                                   rtol=tol, atol=tol, err_msg=f"{what} {n}")
+        np.testing.assert_allclose(
+            cupy.asnumpy(p.grad).astype(np.float64), want * base[n], rtol=tol, atol=tol, err_msg=f"{what} {n}"
+        )
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("dtype,wire", [(np.float32, None), (np.float32, np.float16), (np.float16, None),
-                                        (np.float16, np.float32), (np.float64, None)])
+@pytest.mark.parametrize(
+    "dtype,wire",
+    [(np.float32, None), (np.float32, np.float16), (np.float16, None), (np.float16, np.float32), (np.float64, None)],
+)
 @pytest.mark.parametrize("batched", [False, True])
 def test_mean_of_rank_scaled_gradients(cupy, name, dtype, wire, batched):
     comm = chainermn.create_communicator(name, allreduce_grad_dtype=wire, batched_copy=batched)

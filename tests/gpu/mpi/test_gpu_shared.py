@@ -9,11 +9,11 @@
 * MultiNodeBatchNormalization 'auto' falls back to MPI and matches the
   statistics of the global batch.
 """
-import numpy as np
-import pytest
 
 import chainer
 import chainer.links as L
+import numpy as np
+import pytest
 
 import mnframe as chainermn
 from mnframe.builder import device

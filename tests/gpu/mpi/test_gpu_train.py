@@ -8,12 +8,12 @@ correct cross-rank mean gives the CPU's parameters (with
 MNFRAME_FAKE_NODE_SIZE=1, hierarchical/two_dimensional average through NCCL
 in one-rank nodes and MPI between them, on a single GPU).
 """
-import os
 
-import numpy as np
+import os
 
 import chainer
 import chainer.links as L
+import numpy as np
 
 import mnframe as chainermn
 
@@ -22,6 +22,7 @@ NAME = os.environ.get("MNFRAME_GPU_NAMES", "non_cuda_aware").split(",")[0]
 
 def _train(device, name, double_buffering=False, steps=6):
     from mpi4py import MPI
+
     rank, size = MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
     np.random.seed(0)
     rs = np.random.RandomState(0)
@@ -30,13 +31,14 @@ def _train(device, name, double_buffering=False, steps=6):
     model = L.Classifier(chainer.Sequential(L.Linear(10, 32), chainer.functions.relu, L.Linear(32, 4)))
     model.to_device(device)
     comm = chainermn.create_communicator(name)
-    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.MomentumSGD(lr=0.05), comm,
-                                                double_buffering=double_buffering)
+    opt = chainermn.create_multi_node_optimizer(
+        chainer.optimizers.MomentumSGD(lr=0.05), comm, double_buffering=double_buffering
+    )
     opt.setup(model)
     dev = chainer.get_device(device)
     mine = slice(rank * 16, (rank + 1) * 16)
     for i in range(steps):
-        xb, tb = x[mine][i % 2 * 8:(i % 2 + 1) * 8], t[mine][i % 2 * 8:(i % 2 + 1) * 8]
+        xb, tb = x[mine][i % 2 * 8 : (i % 2 + 1) * 8], t[mine][i % 2 * 8 : (i % 2 + 1) * 8]
         opt.update(model, dev.send(xb), dev.send(tb))
     opt.wait()
     opt.finalize()
