@@ -154,3 +154,16 @@ def test_numpy_integer_ranks_are_accepted():
     model.add_link(L.Linear(2, 2), rank_in=np.int64(1), rank_out=[np.int32(2)])
     assert model.wiring() == [("0:Linear", (1,), (2,))]
     assert all(type(r) is int for r in model.wiring()[0].rank_in + model.wiring()[0].rank_out)
+
+
+def test_names_that_are_also_module_paths_stay_functions():
+    """ChainerMN's ``functions.pseudo_connect`` and ``links.create_mnbn_model`` are modules
+    and functions at once: importing the module paths must not shadow the functions."""
+    import importlib
+
+    import mnframe.functions
+    import mnframe.links
+
+    importlib.import_module("mnframe.functions.pseudo_connect")
+    importlib.import_module("mnframe.links.create_mnbn_model")
+    assert callable(mnframe.functions.pseudo_connect) and callable(mnframe.links.create_mnbn_model)
