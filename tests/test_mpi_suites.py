@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mnframe.testing import run_mpi
+from mnframe.testing import run_pytest_module
 
 MPI_DIR = Path(__file__).parent / "mpi"
 
@@ -34,26 +34,8 @@ def _cases():
 
 @pytest.mark.parametrize("path,n,decl", list(_cases()))
 def test_mpi_module(path, n, decl):
-    result = run_mpi(
-        [
-            "-m",
-            "pytest",
-            "-q",
-            "-x",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:randomly",
-            "--rootdir",
-            str(MPI_DIR),
-            "-c",
-            "/dev/null",
-            str(path),
-        ],
-        n=n,
-        timeout=decl["MPI_TIMEOUT"],
-        env=decl["MPI_ENV"],
-        cwd=str(Path(__file__).parent.parent),
+    result = run_pytest_module(
+        path, n, timeout=decl["MPI_TIMEOUT"], env=decl["MPI_ENV"], cwd=str(Path(__file__).parent.parent)
     )
     if result.timed_out:
         pytest.fail(f"{path.name} with {n} ranks timed out after {decl['MPI_TIMEOUT']}s\n{result.output[-6000:]}")

@@ -38,6 +38,15 @@ def mpiexec_path():
     return found
 
 
+def run_pytest_module(path, n, timeout, env=None, cwd=None):
+    """Run the test module ``path`` under ``mpiexec -n n`` (its own root, no config, stop at the
+    first failure); the MpiResult (``tests/test_mpi_suites.py``, the GPU suite)."""
+    path = Path(path)
+    argv = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly"]
+    argv += ["--rootdir", str(path.parent), "-c", "/dev/null", str(path)]
+    return run_mpi(argv, n=n, timeout=timeout, env=env, cwd=cwd)
+
+
 def run_mpi(args, n, timeout=120, env=None, cwd=None, python=True, signal_after=None):
     """Run ``mpiexec -n n [python] *args`` and return an MpiResult.
 

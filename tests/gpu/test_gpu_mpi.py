@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mnframe.communicators import registry
-from mnframe.testing import run_mpi
+from mnframe.testing import run_pytest_module
 
 
 def gpu_count():
@@ -70,27 +70,7 @@ def test_gpu_mpi_module(module, n, env, gpus):
     if have < gpus:
         pytest.skip(f"needs {gpus} GPUs (NCCL runs one rank per GPU), this machine has {have}")
     path = HERE / "mpi" / module
-    result = run_mpi(
-        [
-            "-m",
-            "pytest",
-            "-q",
-            "-x",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:randomly",
-            "--rootdir",
-            str(path.parent),
-            "-c",
-            "/dev/null",
-            str(path),
-        ],
-        n=n,
-        timeout=TIMEOUT,
-        env=env,
-        cwd=str(HERE.parent.parent),
-    )
+    result = run_pytest_module(path, n, timeout=TIMEOUT, env=env, cwd=str(HERE.parent.parent))
     if result.timed_out:
         pytest.fail(f"{module} with {n} ranks timed out after {TIMEOUT}s\n{result.output[-6000:]}")
     assert result.returncode == 0, f"{module} with {n} ranks exited {result.returncode}\n{result.output[-8000:]}"
