@@ -64,6 +64,7 @@ setup(
     package_dir={"mnframe.recipes": "recipes", "mnframe.conf": "conf"},
     package_data={
         **{p: ["*.yaml"] for p in conf_packages},
-        **{p: ["*.yaml", "*.csv.gz", "*.txt"] for p in recipe_packages},
+        # */*.yaml: a recipe's own config group options (recipes/<name>/<group>/<option>.yaml)
+        **{p: ["*.yaml", "*/*.yaml", "*.csv.gz", "*.txt"] for p in recipe_packages},
     },
 )

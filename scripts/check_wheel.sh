@@ -45,6 +45,10 @@ V="$WORK/venv"
 SITE=$("$V/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 [ -f "$SITE/mnframe-chainer-hook.pth" ] || fail "mnframe-chainer-hook.pth not in $SITE"
 [ -e "$SITE/recipes" ] && fail "a top-level 'recipes' package was installed into $SITE"
+# every YAML of the checkout's conf/ and recipes/ (recipe-local group options included) is in the wheel
+missing=$(cd "$WORK/src" && find conf recipes -name '*.yaml' | while read -r f; do
+  [ -f "$SITE/mnframe/$f" ] || echo "$f"; done)
+[ -z "$missing" ] || fail "not in the installed wheel: $missing"
 
 EMPTY="$WORK/empty"
 mkdir -p "$EMPTY"
@@ -55,6 +59,9 @@ step "chainer in a script that never imports mnframe (no setuptools, $("$V/bin/p
 step "python -m mnframe --cfg job (from an empty directory)"
 "$V/bin/python" -m mnframe --cfg job > cfg.txt
 grep -q "^name: mnist$" cfg.txt || { cat cfg.txt; fail "--cfg job did not print the mnist job"; }
+for recipe in $(cd "$WORK/src/recipes" && ls */recipe.yaml | cut -d/ -f1); do  # every shipped recipe composes
+  "$V/bin/python" -m mnframe --cfg job "recipe=$recipe" > /dev/null || fail "recipe=$recipe does not compose from the wheel"
+done
 
 step "short default job under mpiexec -n 2"
 start=$(date +%s)
