@@ -225,9 +225,10 @@ def test_timeout_report_names_a_raw_mpi_call(tmp_path):
 
 def test_os_exit_on_one_rank_is_named(tmp_path):
     # The sentinel (runtime/sentinel.py) reads the exit status before the launcher reaps the
-    # rank: best effort on a loaded machine, so up to three attempts must name it once.
+    # rank: best effort (measured here: about half the attempts on an idle 2-core VM), so one
+    # of up to ten attempts must name it.
     named = False
-    for _ in range(3):
+    for _ in range(10):
         result, end = _hole(tmp_path, "os-exit")
         assert result.returncode == 7, result.output[-3000:]
         took = end - _mark(tmp_path, 1)
