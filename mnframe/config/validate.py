@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from pydantic import BaseModel, Tag, TypeAdapter, ValidationError
 
+from mnframe._import_path import locate
 from mnframe.config import schema
 from mnframe.config.errors import ConfigIssue, join_path, raise_issues, suggest, unknown_key_issue
 from mnframe.config.extensions import ExtensionBase
@@ -211,18 +212,11 @@ def issues_from_validation(err: ValidationError, data: Any, prefix: str, root_ty
 # -- pass 2: names and _target_s -------------------------------------------------
 
 
-def _import_target(dotted: str):
-    """Import ``pkg.module.attr`` (or ``pkg.module:attr``): (object, None, None) or (None, problem, suggestion)."""
-    from mnframe._import_path import locate
-
-    return locate(dotted)
-
-
 def check_target(path: str, dotted: str, kwargs: Dict[str, Any], provided: Set[str] = frozenset()) -> List[ConfigIssue]:
     """``dotted`` imports and accepts ``kwargs`` (plus what the builder ``provided``)."""
     if dotted == "???":
         return []  # reported as a missing value
-    obj, problem, hint = _import_target(dotted)
+    obj, problem, hint = locate(dotted)  # (object, None, None) or (None, problem, suggestion)
     if problem:
         return [ConfigIssue(join_path(path, "_target_"), problem, value=dotted, suggestion=hint)]
     try:
