@@ -3,6 +3,11 @@
 A checkpoint directory is complete only if it holds ``manifest.json`` (written
 last, before the directory is renamed into place) and every file listed there
 has the recorded size and SHA-256. Anything else is ignored by resume.
+
+Reading is bounded and stays inside the checkpoint: the manifest is a regular file
+of at most ``MAX_MANIFEST_BYTES`` parsed as JSON (data only), its file names are
+plain names, and a file that is a symbolic link leading outside the checkpoint
+directory (or not a regular file) is never opened (``outside_problem``).
 """
 
 import dataclasses
@@ -14,6 +19,23 @@ from typing import Dict, Optional
 
 FORMAT = 1
 MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 64 << 20
+
+
+def outside_problem(directory, name, is_dir=False):
+    """Why ``directory/name`` must not be read (it leads outside ``directory`` or is not a
+    regular file, or directory with ``is_dir``), or None. A missing file is not this function's business."""
+    path = os.path.join(directory, name)
+    if os.path.basename(name) != name or name in ("", ".", ".."):
+        return f"{path}: {name!r} is not a plain file name (refused: it could lead outside the checkpoint)"
+    if not os.path.lexists(path):
+        return None
+    real, base = os.path.realpath(path), os.path.realpath(directory)
+    if os.path.commonpath([real, base]) != base:
+        return f"{path} is a symbolic link to {real}, outside the checkpoint directory (refused, not read)"
+    if not (os.path.isdir(real) if is_dir else os.path.isfile(real)):
+        return f"{path} is not a regular {'directory' if is_dir else 'file'} (refused, not read)"
+    return None
 
 
 def sha256_file(path, chunk=1 << 20):
@@ -41,6 +63,7 @@ class Manifest:
     created: float = dataclasses.field(default_factory=time.time)
     reason: str = "interval"  # or "preemption"
     format: int = FORMAT
+    signature: Optional[str] = None  # HMAC of the rest (mnframe.checkpoint.signing), with a key
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True, default=str)
@@ -50,18 +73,34 @@ class Manifest:
         raw = json.loads(text)
         if raw.get("format") != FORMAT:
             raise ValueError(f"unknown manifest format {raw.get('format')!r} (expected {FORMAT})")
-        raw["files"] = {name: FileEntry(**e) for name, e in raw["files"].items()}
+        files = {}
+        for name, e in raw["files"].items():
+            if os.path.basename(name) != name or name in ("", ".", ".."):
+                raise ValueError(f"file name {name!r} is not a plain name in the checkpoint directory")
+            files[name] = FileEntry(**e)
+            if not isinstance(files[name].size, int) or not isinstance(files[name].sha256, str):
+                raise ValueError(f"the entry of {name!r} is malformed")
+        raw["files"] = files
         return cls(**raw)
 
     @classmethod
     def read(cls, directory):
+        problem = outside_problem(directory, MANIFEST)
+        if problem:
+            raise ValueError(problem)
         with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
-            return cls.from_json(f.read())
+            text = f.read(MAX_MANIFEST_BYTES + 1)
+        if len(text) > MAX_MANIFEST_BYTES:
+            raise ValueError(f"it is larger than {MAX_MANIFEST_BYTES} bytes")
+        return cls.from_json(text)
 
 
 def check_file(directory, name, entry):
     """None if the file matches its entry, else what is wrong with it."""
     path = os.path.join(directory, name)
+    outside = outside_problem(directory, name)
+    if outside:
+        return outside
     if not os.path.exists(path):
         return f"{path} (written by rank {entry.rank}) is missing"
     size = os.path.getsize(path)

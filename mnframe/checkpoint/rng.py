@@ -7,6 +7,12 @@ object holding all three, per rank, plus the shuffle seeds of ``scatter_dataset`
 (mnframe.datasets.shuffle_seeds: a resume restores the checkpointed shards),
 and CuPy's generator when the job uses one.
 
+Python's generator is stored as plain numbers (``python_state``: its 624 words and
+position; ``python_gauss``: the cached Gaussian), never as a pickle. Checkpoints
+written before that hold ``python``, a pickle of ``random.getstate()``: it is read
+by ``legacy_python_state``, which walks the pickle's opcodes without executing them
+and accepts only ints, floats, None and tuples; anything else is refused (UnsafeFile).
+
 CuPy's generator (dropout on the GPU draws from ``cupy.random``) cannot export
 its cuRAND state, so a checkpoint is a re-seeding point instead: saving draws a
 new seed from the generator itself, re-seeds it with that seed and stores the
@@ -16,7 +22,7 @@ checkpoint. "In use" means CuPy is imported and has created the generator of
 the current device (``seed_cupy`` does at start-up); a CPU job never imports CuPy.
 """
 
-import pickle
+import pickletools
 import random
 import sys
 
@@ -118,12 +124,102 @@ class RngState:
             if seeds is not None:
                 shuffle_seeds.remember_loaded(seeds)
         if saving:
-            serializer("python", numpy.frombuffer(pickle.dumps(random.getstate()), dtype=numpy.uint8))
+            _save_python(serializer)
         else:
-            saved = serializer("python", None)
-            if saved is not None:
-                random.setstate(pickle.loads(numpy.asarray(saved).tobytes()))
+            _load_python(serializer)
         (_save_cupy if saving else _load_cupy)(serializer)
+
+
+def _save_python(serializer):
+    version, internal, gauss = random.getstate()
+    serializer("python_state", numpy.asarray(internal, dtype=numpy.uint32))  # 624 words + position
+    serializer("python_gauss", numpy.asarray([gauss is not None, gauss or 0.0], dtype=numpy.float64))
+
+
+def _load_python(serializer):
+    if _has_key(serializer, "python_state"):
+        internal = serializer("python_state", None)
+        if internal is None:  # skipped (a re-sharding resume)
+            return
+        has_gauss, gauss = (float(v) for v in serializer("python_gauss", None))
+        random.setstate((3, tuple(int(v) for v in internal), gauss if has_gauss else None))
+        return
+    if not _has_key(serializer, "python"):
+        return
+    saved = serializer("python", None)
+    if saved is not None:
+        random.setstate(legacy_python_state(numpy.asarray(saved).tobytes(), _where(serializer, "python")))
+
+
+def _where(deserializer, key):
+    return getattr(getattr(deserializer, "npz", None), "name", "the checkpoint"), getattr(deserializer, "path", "") + key
+
+
+# opcodes of a pickled random.getstate() (protocols 2-5): data and tuples only, no callables
+_DATA_OPS = {"PROTO", "FRAME", "MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT", "STOP"}
+_VALUE_OPS = {"BININT", "BININT1", "BININT2", "LONG1", "LONG4", "INT", "LONG", "BINFLOAT", "FLOAT", "NONE"}
+_TUPLE_N = {"EMPTY_TUPLE": 0, "TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+
+
+def legacy_python_state(data, where=("the checkpoint", "python")):
+    """The ``random.getstate()`` tuple pickled in ``data``, read without unpickling.
+
+    Only the opcodes for ints, floats, None, tuples and the memo are accepted (no
+    global, call or object construction), so nothing can run; anything else, or a
+    result that is not a generator state, raises UnsafeFile naming the file and entry."""
+    from mnframe.utils.safe_npz import UnsafeFile
+
+    stack, memo = [], {}
+
+    def refuse(why):
+        raise UnsafeFile(
+            f"refusing to load {where[0]}: entry {where[1]!r} {why}; it was not unpickled. Python's random "
+            f"state of checkpoints written before mnframe stored it as numbers is read only in its plain form"
+        )
+
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            name = op.name
+            if name in _VALUE_OPS:
+                stack.append(arg)
+            elif name == "MARK":
+                stack.append(_MARK)
+            elif name == "TUPLE":
+                at = len(stack) - 1 - stack[::-1].index(_MARK)
+                stack[at:] = [tuple(stack[at + 1 :])]
+            elif name in _TUPLE_N:
+                n = _TUPLE_N[name]
+                items = tuple(stack[len(stack) - n :]) if n else ()
+                del stack[len(stack) - n :]
+                stack.append(items)
+            elif name in ("MEMOIZE",):
+                memo[len(memo)] = stack[-1]
+            elif name in ("BINPUT", "LONG_BINPUT", "PUT"):
+                memo[arg] = stack[-1]
+            elif name in ("BINGET", "LONG_BINGET", "GET"):
+                stack.append(memo[arg])
+            elif name in _DATA_OPS:
+                continue
+            else:
+                refuse(f"is a pickle that uses {name} (it could run code)")
+    except (ValueError, IndexError, KeyError) as exc:
+        refuse(f"is not a readable pickle ({exc})")
+    state = stack[-1] if len(stack) == 1 else None
+    ok = (
+        isinstance(state, tuple)
+        and len(state) == 3
+        and state[0] == 3
+        and isinstance(state[1], tuple)
+        and len(state[1]) == 625
+        and all(isinstance(v, int) for v in state[1])
+        and (state[2] is None or isinstance(state[2], float))
+    )
+    if not ok:
+        refuse("is not a random generator state")
+    return state
+
+
+_MARK = object()
 
 
 def _has_key(deserializer, key):

@@ -25,7 +25,7 @@ import re
 import shutil
 import sys
 
-from mnframe.checkpoint.manifest import MANIFEST, FileEntry, Manifest, check_file, sha256_file
+from mnframe.checkpoint.manifest import MANIFEST, FileEntry, Manifest, check_file, outside_problem, sha256_file
 from mnframe.runtime.errors import CheckpointError, ConfigError
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_write_text, fsync_dir
@@ -196,6 +196,10 @@ class CheckpointStore:
         if self.comm.rank == 0:
             listing = []
             for name in self.committed():
+                outside = outside_problem(self.root, name, is_dir=True)
+                if outside:
+                    listing.append((name, outside))
+                    continue
                 try:
                     listing.append((name, Manifest.read(self.path(name))))
                 except FileNotFoundError:

@@ -6,17 +6,18 @@ checkpoint extension the random states) into ``rank_<R>.npz``. With the same
 world size each rank loads its own file: an exact resume. With a different
 world size every rank loads rank 0's file but skips the per-rank parts (iterator
 positions and random states): the data is re-sharded and iterators restart
-their epoch.
+their epoch. Files are read with ``mnframe.utils.safe_npz`` (no pickle, bounded
+sizes): a file that could run code is refused on every rank with status 2.
 """
 
 import os
 
-import chainer
-
+from mnframe.checkpoint.manifest import outside_problem
 from mnframe.runtime.errors import CheckpointError
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_path
 from mnframe.utils.npz import save_npz
+from mnframe.utils.safe_npz import UnsafeFile, load_npz
 
 RNG_KEY = "mnframe_rng"
 PER_RANK_KEYS = ("updater/iterator:", f"/{RNG_KEY}/")
@@ -44,12 +45,20 @@ def load_trainer(directory, manifest, trainer, comm):
     resharded = manifest.world_size != comm.size
     name = rank_file(0 if resharded else comm.rank)
     path = os.path.join(directory, name)
-    err = None
+    err = unsafe = None
     try:
-        chainer.serializers.load_npz(path, trainer, ignore_names=_is_per_rank if resharded else None)
+        unsafe = outside_problem(directory, name)
+        if unsafe is None:
+            load_npz(path, trainer, ignore_names=_is_per_rank if resharded else None)
+    except UnsafeFile as exc:
+        unsafe = str(exc)
     except Exception as exc:
         err = f"rank {comm.rank} could not load {path}: {type(exc).__name__}: {exc}"
-    errors = [e for e in collectives.allgather_obj(comm, err, name="checkpoint.allgather_obj") if e]
+    verdicts = collectives.allgather_obj(comm, (unsafe, err), name="checkpoint.allgather_obj")
+    refused = list(dict.fromkeys(u for u, _ in verdicts if u))
+    if refused:  # the same one line on every rank; nothing from the file ran
+        raise UnsafeFile("; ".join(refused))
+    errors = [e for _, e in verdicts if e]
     if errors:
         raise CheckpointError("resume failed (did the model, optimizer or extensions change?): " + "; ".join(errors))
     return resharded

@@ -5,7 +5,9 @@ data files with an error that says what is wrong.
 open when a write fails (a full disk): the real error is followed, at garbage
 collection, by "Exception ignored in ZipFile.__del__". ``save_npz`` writes the
 same archive but closes every handle deterministically and re-raises only the
-first error. ``load_arrays`` opens an ``.npz`` data file and turns NumPy's
+first error, and it never writes a pickle: Chainer's ``None`` values are stored as
+``safe_npz.NONE_DTYPE`` scalars, any other Python object is refused with its key
+(``mnframe.utils.safe_npz`` reads such archives back without pickle). ``load_arrays`` opens an ``.npz`` data file and turns NumPy's
 misleading "Cannot load file containing pickled data" for a file that is not
 an ``.npz`` into a message naming the file and what was expected.
 """
@@ -29,14 +31,18 @@ def save_npz(file, obj, compression=True):
 
 
 def write_npz(file, arrays, compression=True):
-    """``numpy.savez[_compressed](file, **arrays)`` that closes every handle even when a write fails."""
+    """``numpy.savez[_compressed](file, **arrays)`` that closes every handle even when a write fails
+    and stores no pickle (None as a ``NONE_DTYPE`` scalar; other objects: ValueError naming the key)."""
+    from mnframe.utils.safe_npz import encode
+
+    arrays = {key: encode(key, value) for key, value in arrays.items()}
     mode = zipfile.ZIP_DEFLATED if compression else zipfile.ZIP_STORED
     archive = zipfile.ZipFile(file, mode="w", compression=mode, allowZip64=True)
     try:
         for key, value in arrays.items():
             member = archive.open(key + ".npy", mode="w", force_zip64=True)
             try:
-                numpy.lib.format.write_array(member, numpy.asanyarray(value), allow_pickle=True)
+                numpy.lib.format.write_array(member, value, allow_pickle=False)
             except BaseException:
                 _close_quietly(member)
                 raise
