@@ -1,16 +1,15 @@
-"""The trained model as plain ``.npz`` files a user loads without mnframe.
+"""The trained model as plain ``.npz`` and ``.safetensors`` files.
 
-``export_models`` writes each model with ``chainer.serializers.save_npz``
+``export_models`` writes each model as ``.npz`` (``mnframe.utils.npz.save_npz``: Chainer's
+keys, no pickle) and, beside it, ``.safetensors`` (``model_files.save_safetensors``)
 (the user's own link: the ``Classifier`` the runner may have wrapped around it
 is left out), only from the ranks that hold distinct parameters: the first
 replica (data-parallel rank 0). A data-parallel job writes ``model.npz``
 (``model_<name>.npz`` for recipes with named models); a model-parallel job
 writes ``model_rank<r>.npz`` per rank ``r`` of the model group, each holding
 that rank's stages as a ``ChainList`` (keys ``0/...``, ``1/...`` in stage order).
-Load one into the same link built by hand::
-
-    model = mnframe.recipes.mnist.model.MLP(n_units=1000, n_out=10)
-    chainer.serializers.load_npz("runs/mnist/<time>/model.npz", model)
+Load one with ``mnframe.checkpoint.model_files.load_model(run_dir)`` (built from the
+run's config), or into the same link built by hand with ``load_params(path, model)``.
 """
 
 import os
@@ -32,7 +31,8 @@ def export_file_names(models, model_rank=None):
 def export_models(run_dir, models, writer, world, model_rank=None):
     """Write ``models`` ({name: link}) into ``run_dir`` on ranks where ``writer`` is true;
     collective over ``world`` (an error on any rank is raised on every rank). Returns the paths."""
-    import chainer
+    from mnframe.checkpoint.model_files import save_safetensors
+    from mnframe.utils.npz import save_npz
 
     written, error = [], None
     if writer:
@@ -40,9 +40,13 @@ def export_models(run_dir, models, writer, world, model_rank=None):
             for file_name, name in export_file_names(models, model_rank).items():
                 path = os.path.join(os.fspath(run_dir), file_name)
                 with atomic_path(path) as tmp, open(tmp, "wb") as f:
-                    chainer.serializers.save_npz(f, models[name])
+                    save_npz(f, models[name])
                 written.append(path)
-        except OSError as exc:
+                path = path[: -len(".npz")] + ".safetensors"
+                with atomic_path(path) as tmp:
+                    save_safetensors(tmp, models[name])
+                written.append(path)
+        except (OSError, ValueError) as exc:
             error = f"cannot export the model into {run_dir}: {exc}"
     share_verdict(world, error, "export_models", CheckpointError)
     return written

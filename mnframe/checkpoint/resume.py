@@ -2,10 +2,12 @@
 
 import sys
 
-from mnframe.checkpoint import config_diff
+from mnframe.checkpoint import config_diff, signing
 from mnframe.checkpoint.trainer_io import load_trainer
 from mnframe.datasets import shuffle_seeds
 from mnframe.runtime.errors import ConfigError
+from mnframe.utils import collectives
+from mnframe.utils.safe_npz import UnsafeFile
 
 
 def _say(comm, text):
@@ -36,13 +38,24 @@ def check_config(comm, manifest, name, config_hash, config, allow_unsafe):
         )
 
 
+def check_signature(comm, manifest, secret, where):
+    """Refuse (UnsafeFile, status 2, on every rank) a checkpoint whose signature does not verify."""
+    problems = collectives.allgather_obj(comm, signing.problem(manifest, secret, where), name="checkpoint.signature")
+    refused = list(dict.fromkeys(p for p in problems if p))
+    if refused:
+        raise UnsafeFile("; ".join(refused))
+
+
 def resume(trainer, store, cfg, config_hash=None, config=None):
     """Load the checkpoint chosen by ``cfg`` (resume/load/verify) into ``trainer``; return its name or None."""
-    chosen = store.select(cfg.resume, cfg.load, cfg.verify)
+    secret = signing.key()
+    chosen = store.select(cfg.resume, cfg.load, cfg.verify or secret is not None)  # a signature covers hashes
     if chosen is None:
         return None
     name, manifest = chosen
     comm = store.comm
+    if secret is not None:
+        check_signature(comm, manifest, secret, store.path(name))
     check_config(comm, manifest, name, config_hash, config, cfg.allow_unsafe_config_change)
     resharded = load_trainer(store.path(name), manifest, trainer, comm)
     shuffle_seeds.restore(comm)  # the checkpointed scatter_dataset shards (after every rank loaded)

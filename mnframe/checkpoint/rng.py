@@ -202,6 +202,8 @@ def legacy_python_state(data, where=("the checkpoint", "python")):
                 continue
             else:
                 refuse(f"is a pickle that uses {name} (it could run code)")
+    except UnsafeFile:
+        raise
     except (ValueError, IndexError, KeyError) as exc:
         refuse(f"is not a readable pickle ({exc})")
     state = stack[-1] if len(stack) == 1 else None

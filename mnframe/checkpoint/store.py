@@ -25,6 +25,7 @@ import re
 import shutil
 import sys
 
+from mnframe.checkpoint import signing
 from mnframe.checkpoint.manifest import MANIFEST, FileEntry, Manifest, check_file, outside_problem, sha256_file
 from mnframe.runtime.errors import CheckpointError, ConfigError
 from mnframe.utils import collectives
@@ -67,6 +68,7 @@ class CheckpointStore:
         rank = self.comm.rank
         name = checkpoint_name(iteration)
         tmp = self.path(TMP_PREFIX + name)
+        secret = signing.key()
         err = None
         if rank == 0:
             try:
@@ -107,6 +109,8 @@ class CheckpointStore:
                     config=config,
                     reason=reason,
                 )
+                if secret is not None:
+                    manifest.signature = signing.sign(manifest, secret)
                 atomic_write_text(os.path.join(tmp, MANIFEST), manifest.to_json())
                 fsync_dir(tmp)
                 self._commit(tmp, self.path(name))

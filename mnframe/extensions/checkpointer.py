@@ -36,6 +36,7 @@ from mnframe.runtime import activation, preemption
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_path
 from mnframe.utils.npz import save_npz
+from mnframe.utils.safe_npz import load_npz
 
 __all__ = ["create_multi_node_checkpointer"]
 
@@ -182,7 +183,7 @@ class MultiNodeCheckpointer(extension.Extension):
                 continue  # some rank's copy is bad: try the next older common generation
             error = None
             try:
-                chainer.serializers.load_npz(os.path.join(directory, fname), trainer)
+                load_npz(os.path.join(directory, fname), trainer)  # no pickle: mnframe.utils.safe_npz
             except Exception as e:  # share it, so no rank runs on alone
                 error = f"loading {fname} failed: {type(e).__name__}: {e}"
             collectives.share_verdict(self.comm, error, "checkpointer.load")

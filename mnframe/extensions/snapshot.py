@@ -12,6 +12,10 @@ The wrapper works on its own copy of the given snapshot extension (the
 caller's object is not modified). Once the mnframe runtime is active, a
 SIGTERM/SIGUSR1 makes the masters write a snapshot at the end of that
 iteration and the trainer stop (status 0), as with mnframe's checkpoints.
+
+Files are data only: the copy writes with ``mnframe.utils.npz.save_npz`` (no pickle,
+when the snapshot used Chainer's default ``save_npz``) and autoloads through
+``mnframe.utils.safe_npz`` (Chainer's own autoload allows pickles).
 """
 
 import copy
@@ -19,11 +23,13 @@ import io
 import os
 import sys
 
-from chainer.serializers import load_npz, save_npz
+from chainer.serializers import npz as chainer_npz
 from chainer.training import extension
 
 from mnframe.runtime import activation, preemption
 from mnframe.utils import collectives
+from mnframe.utils.npz import save_npz
+from mnframe.utils.safe_npz import load_npz
 
 __all__ = ["multi_node_snapshot", "parse_replica_sets"]
 
@@ -63,6 +69,24 @@ def parse_replica_sets(replica_sets, size):
     return sets
 
 
+def _initialize_safely(snapshot, trainer):
+    """``snapshot.initialize(trainer)`` with its autoload done by ``safe_npz.load_npz``."""
+    if not getattr(snapshot, "autoload", False) or not isinstance(snapshot.filename, str):
+        snapshot.initialize(trainer)
+        return
+    from chainer.training.extensions._snapshot import _find_latest_snapshot
+
+    target = trainer if getattr(snapshot, "_target", None) is None else snapshot._target
+    latest = _find_latest_snapshot(snapshot.filename, trainer.out)
+    if latest is not None:
+        load_npz(os.path.join(trainer.out, latest), target)
+    snapshot.autoload = False
+    try:
+        snapshot.initialize(trainer)  # the cleanup hook, without Chainer's loading
+    finally:
+        snapshot.autoload = True
+
+
 class MultiNodeSnapshot(extension.Extension):
     """See ``multi_node_snapshot``."""
 
@@ -77,6 +101,10 @@ class MultiNodeSnapshot(extension.Extension):
         self.master = min(self.replica_set)
         self.snapshot = copy.copy(snapshot)
         self.snapshot.filename = _with_suffix(snapshot.filename, self.master)
+        writer = getattr(snapshot, "writer", None)
+        if getattr(writer, "_savefun", None) is chainer_npz.save_npz:
+            self.snapshot.writer = copy.copy(writer)
+            self.snapshot.writer._savefun = save_npz  # the same archive, without pickles
         # Run when and in the order the wrapped snapshot would.
         self.trigger = getattr(snapshot, "trigger", extension.Extension.trigger)
         self.priority = getattr(snapshot, "priority", extension.PRIORITY_READER)
@@ -91,13 +119,13 @@ class MultiNodeSnapshot(extension.Extension):
         sharing = getattr(self.snapshot, "autoload", False) and len(self.replica_set) > 1
         if not sharing:
             if self.is_master:
-                self.snapshot.initialize(trainer)
+                _initialize_safely(self.snapshot, trainer)
             return
         target = trainer if getattr(self.snapshot, "_target", None) is None else self.snapshot._target
         if self.is_master:
             error = data = None
             try:
-                self.snapshot.initialize(trainer)  # autoloads this set's newest snapshot, if any
+                _initialize_safely(self.snapshot, trainer)  # autoloads this set's newest snapshot, if any
                 if _latest_snapshot(self.snapshot.filename, trainer.out) is not None:
                     buf = io.BytesIO()
                     save_npz(buf, target)

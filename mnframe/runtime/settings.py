@@ -59,6 +59,28 @@ def text(raw: str) -> str:
     return raw
 
 
+MIN_KEY_CHARS = 16
+
+
+def secret(raw: str) -> bytes:
+    """A signing key given directly: at least MIN_KEY_CHARS characters."""
+    if len(raw.strip()) < MIN_KEY_CHARS:
+        raise ValueError(f"expected a key of at least {MIN_KEY_CHARS} characters (e.g. `openssl rand -hex 32`)")
+    return raw.strip().encode("utf-8")
+
+
+def secret_file(raw: str) -> bytes:
+    """A signing key read from the file at ``raw`` (surrounding whitespace ignored)."""
+    try:
+        with open(raw, "rb") as f:
+            data = f.read(1 << 16).strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the key file: {exc.strerror or exc}") from None
+    if len(data) < MIN_KEY_CHARS:
+        raise ValueError(f"the key file must hold a key of at least {MIN_KEY_CHARS} bytes")
+    return data
+
+
 @dataclasses.dataclass(frozen=True)
 class Setting:
     name: str
@@ -147,6 +169,23 @@ SETTINGS = (
         'still does, see README "NumPy 2")',
         flag,
         True,
+    ),
+    Setting(
+        "MNFRAME_CHECKPOINT_KEY",
+        "text, 16+ characters",
+        "unset",
+        "sign checkpoints with this key (HMAC-SHA256 in the manifest) and refuse to resume from one whose "
+        "signature does not verify; never put it in the config",
+        secret,
+        None,
+    ),
+    Setting(
+        "MNFRAME_CHECKPOINT_KEY_FILE",
+        "path",
+        "unset",
+        "as `MNFRAME_CHECKPOINT_KEY`, the key read from this file (set one of the two)",
+        secret_file,
+        None,
     ),
 )
 BY_NAME = {s.name: s for s in SETTINGS}

@@ -1,7 +1,9 @@
 """Datasets for the cifar recipe: CIFAR-10 from a local path, or synthetic images.
 
 ``path`` may be the directory of the Python-pickle batches
-(``cifar-10-batches-py`` with ``data_batch_1..5`` and ``test_batch``) or
+(``cifar-10-batches-py`` with ``data_batch_1..5`` and ``test_batch``; read by a
+restricted unpickler that builds NumPy arrays, dicts, lists and strings only and
+refuses any other callable, so a forged batch cannot run code) or
 Chainer's cached ``cifar-10.npz`` (``train_x``, ``train_y``, ``test_x``,
 ``test_y``), or the directory holding it. When ``path`` is given it is used;
 otherwise ``synthetic=True`` generates ``n_synthetic`` deterministic random
@@ -58,9 +60,33 @@ def _local(path):
     )
 
 
+# the only callables a CIFAR batch pickle names (NumPy 1 and 2 spellings)
+_ARRAY_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),  # bytes in a protocol-2 pickle written by Python 3
+}
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickles data only: NumPy arrays and Python containers, no other global."""
+
+    def find_class(self, module, name):
+        if (module, name) in _ARRAY_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a CIFAR-10 batch (it could run code)")
+
+
 def _read_batch(filename):
     with open(filename, "rb") as f:
-        d = pickle.load(f, encoding="bytes")
+        try:
+            d = _ArrayUnpickler(f, encoding="bytes").load()
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{filename} is not a CIFAR-10 batch: {exc}") from None
+    if not isinstance(d, dict) or b"data" not in d or b"labels" not in d:
+        raise ValueError(f"{filename} is not a CIFAR-10 batch (no data and labels)")
     return np.asarray(d[b"data"]), np.asarray(d[b"labels"])
 
 
