@@ -152,7 +152,8 @@ def _load_python(serializer):
 
 
 def _where(deserializer, key):
-    return getattr(getattr(deserializer, "npz", None), "name", "the checkpoint"), getattr(deserializer, "path", "") + key
+    file_name = getattr(getattr(deserializer, "npz", None), "name", "the checkpoint")
+    return file_name, getattr(deserializer, "path", "") + key
 
 
 # opcodes of a pickled random.getstate() (protocols 2-5): data and tuples only, no callables

@@ -29,7 +29,6 @@ import time
 import warnings
 import zipfile
 
-import chainer
 from chainer.training import extension
 
 from mnframe.runtime import activation, preemption

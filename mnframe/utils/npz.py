@@ -7,7 +7,8 @@ collection, by "Exception ignored in ZipFile.__del__". ``save_npz`` writes the
 same archive but closes every handle deterministically and re-raises only the
 first error, and it never writes a pickle: Chainer's ``None`` values are stored as
 ``safe_npz.NONE_DTYPE`` scalars, any other Python object is refused with its key
-(``mnframe.utils.safe_npz`` reads such archives back without pickle). ``load_arrays`` opens an ``.npz`` data file and turns NumPy's
+(``mnframe.utils.safe_npz`` reads such archives back without pickle).
+``load_arrays`` opens an ``.npz`` data file and turns NumPy's
 misleading "Cannot load file containing pickled data" for a file that is not
 an ``.npz`` into a message naming the file and what was expected.
 """

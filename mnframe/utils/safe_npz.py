@@ -135,7 +135,7 @@ class SafeNpz(Mapping):
                 self._refuse(name, f"declares {info.compress_size} bytes past the end of the file")
             total += info.file_size
             if total > budget:
-                self._refuse(name, f"brings the archive's declared size to {total} bytes, more than this machine's memory")
+                self._refuse(name, f"brings the declared size to {total} bytes, more than this machine's memory")
             entries[key] = (info,) + self._header(info)
         return entries
 

@@ -40,5 +40,18 @@ def test_model_parallel_recipe_trains(mpi_comm):
     assert np.mean(losses[-5:]) < 0.95 * np.mean(losses[:5]), losses
     assert (run_dir / "checkpoints" / f"iter_{ITERATIONS:08d}").is_dir()  # the end, below checkpoint.interval
     assert sorted(p.name for p in run_dir.glob("model*.npz")) == ["model_rank0.npz", "model_rank1.npz"]
+    assert sorted(p.name for p in run_dir.glob("model*.safetensors")) == [
+        "model_rank0.safetensors",
+        "model_rank1.safetensors",
+    ]
     with np.load(run_dir / f"model_rank{mpi_comm.rank}.npz") as exported:
         assert exported.files and all(name.split("/")[0].isdigit() for name in exported.files)
+        # mnframe's loader builds this rank's stages from config.yaml and reads either format
+        from mnframe.checkpoint.model_files import load_model
+
+        for fmt in ("safetensors", "npz"):
+            stages = load_model(run_dir, model_rank=mpi_comm.rank, fmt=fmt)
+            params = dict(stages.namedparams())
+            assert sorted(k.lstrip("/") for k in params) == sorted(exported.files)
+            for key, param in params.items():
+                np.testing.assert_array_equal(param.array, exported[key.lstrip("/")])

@@ -153,7 +153,8 @@ def test_pickled_python_rng_state_of_the_issue_is_refused(run_dir, tmp_path):
     np.lib.format.write_array(buf, evil)
     rewrite_entry(rank_file, RNG + "python", raw=buf.getvalue(), drop=(RNG + "python_state", RNG + "python_gauss"))
     reseal(checkpoint_dir(run_dir))
-    with pytest.raises(UnsafeFile, match=r"entry '.*mnframe_rng/python' is a pickle that uses [A-Z_]+ \(it could run code\)"):
+    refusal = r"entry '.*mnframe_rng/python' is a pickle that uses [A-Z_]+ \(it could run code\)"
+    with pytest.raises(UnsafeFile, match=refusal):
         resume(run_dir)
     assert not marker.exists()
 
@@ -330,9 +331,9 @@ def test_key_settings_are_validated(tmp_path):
     with pytest.raises(ConfigError, match="MNFRAME_CHECKPOINT_KEY_FILE=.*cannot read the key file"):
         settings.validate({"MNFRAME_CHECKPOINT_KEY_FILE": str(tmp_path / "missing")})
     (tmp_path / "key").write_text("s" * 40 + "\n")
-    assert settings.validate({"MNFRAME_CHECKPOINT_KEY_FILE": str(tmp_path / "key")})[
-        "MNFRAME_CHECKPOINT_KEY_FILE"
-    ] == (b"s" * 40)
+    assert settings.validate({"MNFRAME_CHECKPOINT_KEY_FILE": str(tmp_path / "key")})["MNFRAME_CHECKPOINT_KEY_FILE"] == (
+        b"s" * 40
+    )
 
 
 # -- model files ---------------------------------------------------------------------------
