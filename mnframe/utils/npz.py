@@ -23,9 +23,13 @@ __all__ = ["save_npz", "load_arrays", "NotAnNpzFile"]
 
 
 def save_npz(file, obj, compression=True):
-    """Serialize ``obj`` as ``chainer.serializers.save_npz`` does, into a path or binary file object."""
+    """Serialize ``obj`` as ``chainer.serializers.save_npz`` does (a dict is taken as serialized already),
+    into a path or binary file object."""
     from chainer.serializers.npz import DictionarySerializer
 
+    if isinstance(obj, dict):
+        write_npz(file, obj, compression)
+        return
     serializer = DictionarySerializer()
     serializer.save(obj)
     write_npz(file, serializer.target, compression)
