@@ -10,6 +10,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "CheckpointExtension": "mnframe.checkpoint.extension:CheckpointExtension",
         "CheckpointStore": "mnframe.checkpoint.store:CheckpointStore",
         "export_models": "mnframe.checkpoint.export:export_models",
+        "load_model": "mnframe.checkpoint.model_files:load_model",
+        "load_params": "mnframe.checkpoint.model_files:load_params",
         "Manifest": "mnframe.checkpoint.manifest:Manifest",
         "resume": "mnframe.checkpoint.resume:resume",
     },

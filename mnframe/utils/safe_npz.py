@@ -155,7 +155,11 @@ class SafeNpz(Mapping):
                 self._refuse(name, f"has no valid .npy header ({' '.join(str(exc).split())})")
             offset = f.tell()
         if dtype.hasobject:
-            self._refuse(name, f"holds an object array (dtype {dtype}: pickled Python objects, which could run code)")
+            self._refuse(
+                name,
+                f"holds an object array (dtype {dtype}: pickled Python objects, which could run code; "
+                f"files written before mnframe stopped pickling None hold such entries: start afresh, resume=never)",
+            )
         count = 1
         for n in shape:
             count *= n
