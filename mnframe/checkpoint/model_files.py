@@ -9,8 +9,8 @@ no object arrays). Commands that load models (evaluate, predict) should call the
 two functions rather than ``chainer.serializers.load_npz``, which allows pickles.
 
 ``save_safetensors(path, link)`` writes a link's parameters and persistent values
-under Chainer's keys (``l1/W``); Chainer's ``None`` (an uninitialized parameter)
-is listed in the file's metadata instead of stored.
+under Chainer's keys (``l1/W``); Chainer's ``None`` (an uninitialized parameter) and
+string persistents go into the file's metadata (JSON), as safetensors holds numbers only.
 
 Building the model runs the ``_target_`` callables the config names (Hydra's design):
 pass ``config=`` your own configuration to load a file from someone else's run.
@@ -42,16 +42,19 @@ def save_safetensors(path, link):
     """Write ``link``'s parameters and persistents into ``path`` (a ``.safetensors`` file)."""
     from safetensors.numpy import save_file
 
-    tensors, none = {}, []
+    tensors, none, strings = {}, [], {}
     for key, value in _arrays(link).items():
         array = numpy.asarray(value)
         if array.dtype.hasobject and array.shape == () and array[()] is None:
             none.append(key)
         elif array.dtype.kind in "biuf":
             tensors[key] = numpy.ascontiguousarray(array)
+        elif array.dtype.kind == "U" and array.shape == ():
+            strings[key] = str(array[()])
         else:
             raise ValueError(f"cannot write {key!r} ({array.dtype}) into {path}: safetensors holds numbers only")
-    save_file(tensors, os.fspath(path), metadata={"format": FORMAT_TAG, "none": json.dumps(sorted(none))})
+    metadata = {"format": FORMAT_TAG, "none": json.dumps(sorted(none)), "strings": json.dumps(strings)}
+    save_file(tensors, os.fspath(path), metadata=metadata)
 
 
 def _read_safetensors(path):
@@ -64,10 +67,13 @@ def _read_safetensors(path):
             for key in f.keys():
                 arrays[key] = f.get_tensor(key)
         none = json.loads(metadata.get("none", "[]"))
+        strings = json.loads(metadata.get("strings", "{}"))
     except (SafetensorError, OSError, ValueError) as exc:
         raise UnsafeFile(f"{path} is not a readable .safetensors file ({' '.join(str(exc).split())})") from None
     for key in none if isinstance(none, list) else []:
         arrays[str(key)] = numpy.asarray(None, dtype=object)  # made here, never unpickled
+    for key, value in strings.items() if isinstance(strings, dict) else ():
+        arrays[str(key)] = numpy.asarray(str(value))
     return arrays
 
 

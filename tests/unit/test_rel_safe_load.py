@@ -344,13 +344,17 @@ def test_model_files_roundtrip_and_refuse_objects(tmp_path):
     from mnframe.utils.npz import save_npz
 
     model = L.Linear(3, 2)
+    model.add_persistent("tag", "a string")
     lazy = L.Linear(None, 2)  # an uninitialized parameter: Chainer's None
     for link in (model, lazy):
         save_safetensors(tmp_path / "m.safetensors", link)
         save_npz(tmp_path / "m.npz", link)
         for suffix in ("safetensors", "npz"):
             other = L.Linear(3, 2) if link is model else L.Linear(None, 2)
+            if link is model:
+                other.add_persistent("tag", "")
             load_params(tmp_path / f"m.{suffix}", other)
+            assert getattr(other, "tag", None) == getattr(link, "tag", None)
             for p, q in zip(link.params(), other.params()):
                 assert (p.array is None and q.array is None) or np.array_equal(p.array, q.array)
     marker = tmp_path / "pwned"
