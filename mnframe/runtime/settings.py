@@ -72,7 +72,7 @@ def secret(raw: str) -> bytes:
 def secret_file(raw: str) -> bytes:
     """A signing key read from the file at ``raw`` (surrounding whitespace ignored)."""
     try:
-        with open(raw, "rb") as f:
+        with open(os.path.expanduser(raw), "rb") as f:
             data = f.read(1 << 16).strip()
     except OSError as exc:
         raise ValueError(f"cannot read the key file: {exc.strerror or exc}") from None

@@ -136,4 +136,4 @@ def _load_mean(mean):
                 f".npy), or leave mean unset to use the per-channel ImageNet mean"
             ),
         )
-    return np.load(path).astype(np.float32)
+    return np.load(path, allow_pickle=False).astype(np.float32)
