@@ -3,6 +3,8 @@
     python -m mnframe [hydra options] [overrides]      train (default recipe: mnist)
     python -m mnframe recipe=X --check --world-size N  validate + print the rank graph, no MPI
     python -m mnframe doctor                           check the MPI/CUDA set-up
+    python -m mnframe evaluate RUN_DIR [key=value ...]  evaluate a trained run (mnframe.evaluate)
+    python -m mnframe predict RUN_DIR INPUT [...]       run a trained model on new inputs (mnframe.predict)
 
 Rank 0 runs Hydra's command line (``--help``, ``--info``, ``--cfg job``,
 ``-m`` multirun, ``--config-dir``); for every job it composes it broadcasts
@@ -355,6 +357,16 @@ def _main(argv: Sequence[str]) -> None:
     train(rest)
 
 
+# ``python -m mnframe <name> ...``: the module whose ``run(argv)`` runs it, under the guard
+SUBCOMMANDS = {"evaluate": "mnframe.evaluate", "predict": "mnframe.predict"}
+
+
+def _subcommand(module: str, argv: Sequence[str]) -> None:
+    import importlib
+
+    importlib.import_module(module).run(argv)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Entry point of ``python -m mnframe`` and the ``mnframe`` script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -365,4 +377,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     check_environment(argv)
     from mnframe.runtime.guard import run_main
 
+    if argv[:1] and argv[0] in SUBCOMMANDS:
+        sys.exit(run_main(_subcommand, SUBCOMMANDS[argv[0]], argv[1:]))
     sys.exit(run_main(_main, argv))
