@@ -38,7 +38,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--checkpoint", default=None, metavar="NAME|last")
     parser.add_argument("--split", default="test", choices=SPLITS)
     parser.add_argument("--out", default=None, metavar="DIR")
-    return parser.parse_args(list(argv))
+    return parser.parse_intermixed_args(list(argv))
 
 
 def split_of(cfg, world, split: str):
@@ -110,9 +110,7 @@ def evaluate(world, args: argparse.Namespace, has_cuda: bool) -> Optional[Dict]:
     run_dir = os.path.abspath(args.run_dir)
     trained = build_trained(world, run_dir, args.overrides, args.checkpoint, has_cuda)
     if "main" not in trained.models:
-        raise ConfigError(
-            f"evaluate runs the model named main; this recipe's models are {', '.join(trained.models)}"
-        )
+        raise ConfigError(f"evaluate runs the model named main; this recipe's models are {', '.join(trained.models)}")
     cfg, comms = trained.cfg, trained.comms
     data = split_of(cfg, comms.world, args.split)
     begin, end = shard_bounds(len(data), comms.data)

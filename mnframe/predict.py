@@ -44,7 +44,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--out", default=None, metavar="FILE.npz|FILE.csv")
     parser.add_argument("--checkpoint", default=None, metavar="NAME|last")
     parser.add_argument("--batch-size", type=int, default=None)
-    args = parser.parse_args(list(argv))
+    args = parser.parse_intermixed_args(list(argv))
     if args.batch_size is not None and args.batch_size < 1:
         raise ConfigError(f"--batch-size: must be a positive number of examples (got {args.batch_size})")
     if args.out is not None and not args.out.endswith(OUT_SUFFIXES):
@@ -186,9 +186,13 @@ def write(path: str, ids: np.ndarray, y: np.ndarray) -> None:
         flat = y.reshape(len(y), -1)
         with open(path, "w", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow(["id"] + (["label"] if label is not None else []) + [f"y_{i}" for i in range(flat.shape[1])])
+            writer.writerow(
+                ["id"] + (["label"] if label is not None else []) + [f"y_{i}" for i in range(flat.shape[1])]
+            )
             for i in range(len(y)):
-                writer.writerow([ids[i]] + ([int(label[i])] if label is not None else []) + [repr(float(v)) for v in flat[i]])
+                writer.writerow(
+                    [ids[i]] + ([int(label[i])] if label is not None else []) + [repr(float(v)) for v in flat[i]]
+                )
     else:
         arrays = {"ids": ids, "y": y}
         if label is not None:
@@ -219,7 +223,9 @@ def predict(world, args: argparse.Namespace, has_cuda: bool) -> Optional[str]:
     receive_only = trained.plan is not None and trained.plan.dataset == "empty"
     batch = args.batch_size or cfg.dataset.test_batch_size or cfg.dataset.batch_size
     output = holds_outputs(trained.plan)
-    y = forward(trained.user["main"], None if receive_only else x[begin:end], end - begin, batch, trained.device, output)
+    y = forward(
+        trained.user["main"], None if receive_only else x[begin:end], end - begin, batch, trained.device, output
+    )
     parts = allgather_obj(comms.world, (begin, y) if output else None, name="predict.allgather_obj")
     if comms.world.rank != 0:
         return None

@@ -184,9 +184,7 @@ class Trained(NamedTuple):
     source: str  # where the weights came from (for the record)
 
 
-def build_trained(
-    world, run_dir: str, overrides: Sequence[str], checkpoint: Optional[str], has_cuda: bool
-) -> Trained:
+def build_trained(world, run_dir: str, overrides: Sequence[str], checkpoint: Optional[str], has_cuda: bool) -> Trained:
     """The run's model on every rank, its weights loaded (ConfigError on every rank otherwise)."""
     from mnframe.builder.communicator import build_communicators
     from mnframe.builder.device import select_device
