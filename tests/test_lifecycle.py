@@ -294,3 +294,19 @@ def test_bad_arguments_are_one_line_config_errors():
     with pytest.raises(ConfigError, match="override 'model.n_units': write key=value"):
         apply_overrides({"model": {"n_units": 1}}, ["model.n_units"])
     assert apply_overrides({"model": {"n_units": 1}}, ["model.n_units=8"]) == {"model": {"n_units": 8}}
+
+
+def test_read_an_image_folder(tmp_path):
+    Image = pytest.importorskip("PIL.Image")  # the recipes extra (scripts/setup.sh installs it)
+    from mnframe.predict import read_inputs
+
+    for name, colour in (("b.png", (255, 0, 0)), ("a.jpg", (0, 0, 255))):
+        Image.new("RGB", (40, 30), colour).save(tmp_path / name)
+    (tmp_path / "notes.txt").write_text("not an image")
+    ids, x = read_inputs(str(tmp_path), np.zeros((3, 8, 8), np.float32))
+    assert ids.tolist() == ["a.jpg", "b.png"]  # sorted by name
+    assert x.shape == (2, 3, 8, 8) and x.dtype == np.float32
+    np.testing.assert_allclose(x[1, 0], 1.0) and np.testing.assert_allclose(x[1, 1:], 0.0)  # red, in [0, 1]
+    assert x[0, 2].mean() > 0.9 and x[0, 0].mean() < 0.1  # blue (JPEG: nearly)
+    with pytest.raises(ConfigError, match=r"examples have shape \(64,\), not \(channels, height, width\)"):
+        read_inputs(str(tmp_path), np.zeros(64, np.float32))
