@@ -184,7 +184,7 @@ def run_job(world, yaml_text: str, run_dir: str, has_cuda: bool, record: Optiona
         cfg, config, digest = agree_on_config(world, yaml_text, has_cuda, run_dir if world.rank == 0 else None)
         on_start = (lambda: record_run(run_dir, yaml_text, record)) if world.rank == 0 else None
         trainer = pipeline.run(cfg, run_dir, config=config, config_hash=digest, on_start=on_start)
-        return objective(cfg, trainer, world)  # a search's trial value (tune.metric), else the trainer
+        return objective(cfg, trainer, world)  # a search's trial value (tune.metric), else None
     except ConfigError as exc:
         if world.rank == 0:
             record_failure(run_dir, str(exc))

@@ -137,10 +137,11 @@ def reduce_metric(log: Optional[List[dict]], metric: str, how: str) -> Tuple[Opt
 
 
 def objective(cfg, trainer, world) -> Any:
-    """The trial's value on every rank (``trainer`` unchanged when the config has no ``tune``);
-    a ConfigError on every rank when the log yields none (the sweeper records a failed trial)."""
+    """The trial's value on every rank (None when the config has no ``tune``: Hydra keeps
+    every job's return value, so not the trainer); a ConfigError on every rank when the
+    log yields none (the sweeper records a failed trial)."""
     if cfg.tune is None:
-        return trainer
+        return None
     from mnframe.utils.collectives import bcast_obj
 
     verdict = None
