@@ -3,6 +3,8 @@
     python -m mnframe [hydra options] [overrides]      train (default recipe: mnist)
     python -m mnframe recipe=X --check --world-size N  validate + print the rank graph, no MPI
     python -m mnframe doctor                           check the MPI/CUDA set-up
+    python -m mnframe evaluate RUN_DIR [key=value ...]  evaluate a trained run (mnframe.evaluate)
+    python -m mnframe predict RUN_DIR INPUT [...]       run a trained model on new inputs (mnframe.predict)
 
 Rank 0 runs Hydra's command line (``--help``, ``--info``, ``--cfg job``,
 ``-m`` multirun, ``--config-dir``); for every job it composes it broadcasts
@@ -175,12 +177,14 @@ def run_job(world, yaml_text: str, run_dir: str, has_cuda: bool, record: Optiona
     """One job on every rank: agree on the config, then the pipeline; rank 0 records
     the configuration once the job is accepted, or why it failed."""
     from mnframe import pipeline
+    from mnframe.tune import objective
 
     setup_logging(world.rank, world.size)  # again: Hydra reconfigures logging on rank 0
     try:
         cfg, config, digest = agree_on_config(world, yaml_text, has_cuda, run_dir if world.rank == 0 else None)
         on_start = (lambda: record_run(run_dir, yaml_text, record)) if world.rank == 0 else None
-        return pipeline.run(cfg, run_dir, config=config, config_hash=digest, on_start=on_start)
+        trainer = pipeline.run(cfg, run_dir, config=config, config_hash=digest, on_start=on_start)
+        return objective(cfg, trainer, world)  # a search's trial value (tune.metric), else None
     except ConfigError as exc:
         if world.rank == 0:
             record_failure(run_dir, str(exc))
@@ -239,7 +243,7 @@ class Leader:
         _bcast(self.world, (JOB, job.yaml, job.run_dir))
         self.in_job, self.jobs = True, self.jobs + 1
         try:
-            run_job(self.world, job.yaml, job.run_dir, self.has_cuda, job.record)
+            return run_job(self.world, job.yaml, job.run_dir, self.has_cuda, job.record)  # to the sweeper
         except ConfigError as exc:
             job_failed(self.world, exc)
             if job.job_num is not None:
@@ -264,7 +268,9 @@ class Leader:
 
         try:
             run_hydra(argv, self.task)
-        except ConfigError as error:
+        except Exception as error:
+            if not isinstance(error, ConfigError) and not (self.failures and len(self.failures) == self.jobs):
+                raise  # (a sweeper that fails once every job failed, e.g. Optuna's "no completed trial", is that)
             exc = error
             if self.failures:  # the end of a sweep: its jobs' errors were shown as they failed
                 exc = ConfigError(
@@ -335,6 +341,7 @@ def check_environment(argv: Sequence[str]) -> None:
     """Import what the runner needs before MPI starts; a failure is an environment
     problem: one line (which package, why, what to install), exit 3, no traceback.
     ``--check`` runs without MPI, so mpi4py is not required there."""
+    from mnframe import tune
     from mnframe.dependencies import RUNNER_MODULES, require
     from mnframe.runtime.errors import DependencyError, ExitStatus
 
@@ -342,6 +349,7 @@ def check_environment(argv: Sequence[str]) -> None:
     modules = [m for m in RUNNER_MODULES if not (checking and m.startswith("mpi4py"))]
     try:
         require(modules)
+        tune.require(argv)  # tune=optuna: the Optuna sweeper plugin
     except DependencyError as exc:
         print(f"mnframe: {exc.label}: {exc}", file=sys.stderr)
         sys.exit(int(ExitStatus.ENVIRONMENT))
@@ -355,6 +363,16 @@ def _main(argv: Sequence[str]) -> None:
     train(rest)
 
 
+# ``python -m mnframe <name> ...``: the module whose ``run(argv)`` runs it, under the guard
+SUBCOMMANDS = {"evaluate": "mnframe.evaluate", "predict": "mnframe.predict"}
+
+
+def _subcommand(module: str, argv: Sequence[str]) -> None:
+    import importlib
+
+    importlib.import_module(module).run(argv)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Entry point of ``python -m mnframe`` and the ``mnframe`` script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -365,4 +383,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     check_environment(argv)
     from mnframe.runtime.guard import run_main
 
+    if argv[:1] and argv[0] in SUBCOMMANDS:
+        sys.exit(run_main(_subcommand, SUBCOMMANDS[argv[0]], argv[1:]))
     sys.exit(run_main(_main, argv))

@@ -228,6 +228,14 @@ def register_groups(config_dirs: Sequence[Path] = ()) -> None:
     register_communicators()
     register_recipe_options(config_dirs)
     register_recipes(config_dirs)
+    register_resolvers()
+
+
+def register_resolvers() -> None:
+    """OmegaConf resolvers mnframe's configs use (``mnframe_mkdir``: conf/tune/optuna.yaml)."""
+    from mnframe.tune import register_resolvers as tune_resolvers
+
+    tune_resolvers()
 
 
 def _recipe_elsewhere_hint(name: str) -> str:

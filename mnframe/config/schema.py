@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 from mnframe.checkpoint.config import CheckpointConfig
 from mnframe.config.extensions import Extensions
 from mnframe.config.schedules import LrSchedule
+from mnframe.config.tune import TuneConfig
 
 PositiveInt = Annotated[int, Field(gt=0)]
 Unit = Literal["epoch", "iteration"]
@@ -252,3 +253,4 @@ class RunConfig(Strict):
     # name -> typed entry; the kind is ``kind`` or the key (mnframe.config.extensions)
     extensions: Extensions = Field(default_factory=dict)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    tune: Optional[TuneConfig] = None  # the objective of a search (tune=optuna; mnframe.tune)

@@ -1,0 +1,153 @@
+"""Hyper-parameter search under MPI with Hydra's Optuna sweeper (``-m tune=optuna``).
+
+The runner already runs ``-m`` sweeps under MPI: rank 0 runs Hydra's command line
+(here the Optuna sweeper, which asks the study for each trial's parameters) and
+announces each job; the other ranks wait for one job at a time (``mnframe.cli``). This
+module adds what a search needs on top: the trial's value (``objective``: ``tune.metric``
+of the job's LogReport log, read on rank 0 and shared so every rank agrees on a
+failure), the check that the plugin is installed (exit 3 naming the package), and the
+``mnframe_mkdir`` resolver that creates the sweep directory before the study's SQLite
+file is opened in it (the sweeper creates the study before Hydra makes that directory).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Any, List, Optional, Sequence, Tuple
+
+from mnframe.runtime.errors import ConfigError, DependencyError
+
+# import name -> what to tell the user, for the modules tune=optuna needs
+MODULES = ("optuna", "sqlalchemy", "hydra_plugins.hydra_optuna_sweeper")
+FIX = 'pip install "mnframe[tune]" (hydra-optuna-sweeper, optuna>=2.10,<3, sqlalchemy<2)'
+
+
+def requested(argv: Sequence[str]) -> bool:
+    """Whether the command line asks for the Optuna sweeper."""
+    return any(a in ("tune=optuna", "hydra/sweeper=optuna") for a in argv)
+
+
+def require(argv: Sequence[str]) -> None:
+    """DependencyError (exit 3, one line) when ``tune=optuna`` is asked for without its packages."""
+    import importlib
+
+    if not requested(argv):
+        return
+    for module in MODULES:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            raise DependencyError(
+                f"tune=optuna needs {module}, which cannot be imported ({type(exc).__name__}: {exc}); fix: {FIX}"
+            ) from None
+
+
+def _mkdir(path: str) -> str:
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+_left = {}  # (storage, study, total) -> trials left, computed once per process
+
+
+def trials_left(storage: str, study_name: str, total: Any) -> int:
+    """How many of the study's ``total`` trials are still to run (all of them for a new study).
+
+    Resuming: trials that finished (complete or failed) count; a trial left RUNNING by
+    an interrupted job is marked failed (its run stopped) and counts too. Computed
+    once per process (rank 0, when Hydra builds the sweeper)."""
+    key = (storage, study_name, total)
+    if key in _left:
+        return _left[key]
+    try:
+        total = int(total)
+    except (TypeError, ValueError):
+        total = 0
+    if total < 1:
+        raise ConfigError(f"tune.n_trials: must be a positive number of trials (got {total!r})")
+    import optuna
+    from optuna.trial import TrialState
+
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:  # no such study yet: a new one
+        _left[key] = total
+        return total
+    trials = study.get_trials(deepcopy=False)
+    for trial in trials:
+        if trial.state == TrialState.RUNNING:
+            study._storage.set_trial_state(trial._trial_id, TrialState.FAIL)
+    left = max(0, total - len(trials))
+    print(
+        f"mnframe: resuming study {study_name!r} ({storage}): {len(trials)} of {total} trials done, {left} to run",
+        file=sys.stderr,
+    )
+    _left[key] = left
+    return left
+
+
+def register_resolvers() -> None:
+    """``${mnframe_mkdir:DIR}``: DIR, created (the study's SQLite file goes in it);
+    ``${mnframe_trials_left:STORAGE,STUDY,TOTAL}``: ``trials_left``;
+    ``${mnframe_sampler_seed:SEED,STORAGE,STUDY,TOTAL}``: ``sampler_seed``."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("mnframe_mkdir"):
+        OmegaConf.register_new_resolver("mnframe_mkdir", _mkdir)
+    if not OmegaConf.has_resolver("mnframe_trials_left"):
+        OmegaConf.register_new_resolver("mnframe_trials_left", trials_left)
+    if not OmegaConf.has_resolver("mnframe_sampler_seed"):
+        OmegaConf.register_new_resolver("mnframe_sampler_seed", sampler_seed)
+
+
+def sampler_seed(seed: Any, storage: str, study_name: str, total: Any) -> int:
+    """``seed`` plus the trials already run: a resumed study's seeded sampler does not
+    propose the first trials' parameters again."""
+    left = trials_left(storage, study_name, total)
+    return int(seed) + int(total) - left
+
+
+def log_of(trainer) -> Optional[List[dict]]:
+    """The entries of the trainer's (first) LogReport, or None when it has none."""
+    from chainer.training.extensions import LogReport
+
+    for entry in trainer._extensions.values():
+        if isinstance(entry.extension, LogReport):
+            return entry.extension.log
+    return None
+
+
+def reduce_metric(log: Optional[List[dict]], metric: str, how: str) -> Tuple[Optional[float], Optional[str]]:
+    """(value, None), or (None, why the log yields no value) naming ``tune.metric``."""
+    if log is None:
+        return None, "tune.metric: the run has no LogReport (enable extensions.log_report)"
+    values = [float(e[metric]) for e in log if metric in e]
+    if not values:
+        keys = sorted({k for e in log for k in e})
+        return None, (
+            f"tune.metric: {metric!r} is not in the run's log (it logs {', '.join(keys) or 'nothing'}); "
+            f"set tune.metric to one of them (validation/* needs extensions.evaluator)"
+        )
+    value = {"last": values[-1], "min": min(values), "max": max(values)}[how]
+    if math.isnan(value):
+        return None, f"tune.metric: {metric} is NaN (the trial diverged)"
+    return value, None
+
+
+def objective(cfg, trainer, world) -> Any:
+    """The trial's value on every rank (None when the config has no ``tune``: Hydra keeps
+    every job's return value, so not the trainer); a ConfigError on every rank when the
+    log yields none (the sweeper records a failed trial)."""
+    if cfg.tune is None:
+        return None
+    from mnframe.utils.collectives import bcast_obj
+
+    verdict = None
+    if world.rank == 0:  # the LogReport's log is rank 0's (rank0_only)
+        verdict = reduce_metric(log_of(trainer), cfg.tune.metric, cfg.tune.reduce)
+    value, error = bcast_obj(world, verdict, name="tune.objective")
+    if error:
+        raise ConfigError(error)
+    return value
