@@ -8,7 +8,7 @@ line naming the key on every rank. The weights come from the files the run expor
 (``checkpoint.export``: ``model.npz``, ``model_<name>.npz``, ``model_rank<r>.npz``),
 or from a checkpoint by name (``last`` = the newest complete one), which is also the
 fallback of an interrupted run that exported nothing. ``load_weights`` is the one
-place a model file is read (``allow_pickle=False``); a file that does not fit the
+place a model file is read (no pickle, bounded: ``mnframe.utils.safe_npz``); a file that does not fit the
 model built from the config is refused naming the parameter, on every rank.
 """
 
@@ -84,11 +84,14 @@ def load_weights(path: str, link, prefix: str = "") -> Optional[str]:
     """Load ``link``'s parameters and persistents from the ``.npz`` at ``path`` (keys under
     ``prefix``); return None, or why the file does not fit ``link``, naming the parameter.
 
-    The one function that reads a model file (``allow_pickle=False``)."""
+    The one function that reads a model file: through ``mnframe.utils.safe_npz`` (no pickle,
+    bounded sizes, checked entry names)."""
     import chainer
 
+    from mnframe.utils.safe_npz import SafeNpz
+
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        with SafeNpz(path) as archive:
             arrays = {k[len(prefix) :]: archive[k] for k in archive.files if k.startswith(prefix)}
     except Exception as exc:
         return f"{path} cannot be read as a model file ({type(exc).__name__}: {exc})"
