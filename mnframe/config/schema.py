@@ -19,6 +19,7 @@ Layout (``conf/<group>/<choice>.yaml`` fills each section)::
     trainer                     TrainerConfig
     extensions                  {name: ``extensions.Extension``} (kind = ``kind`` or the key)
     checkpoint                  CheckpointConfig
+    debug                       DebugConfig (debug modes: fast, overfit, profile)
 """
 
 from __future__ import annotations
@@ -187,10 +188,16 @@ Topology = Annotated[Union[DataParallelTopology, ModelParallelTopology], Field(d
 
 class UpdaterConfig(Strict):
     """The updater; ``_target_`` picks a custom one (called with iterator=,
-    optimizer=, device=, plus ``models=`` when it accepts it, and ``kwargs``)."""
+    optimizer=, device=, plus ``models=`` when it accepts it, and ``kwargs``).
+
+    ``accumulate``: N micro-batches of ``dataset.batch_size`` per rank are summed
+    before one averaged update (``mnframe.training.updater``); ``auto`` keeps the
+    global batch of the checkpoint a run resumes from (1 on a fresh start), e.g.
+    when it resumes on fewer ranks. Needs the standard updater and one model."""
 
     target: str = Field("chainer.training.updaters.StandardUpdater", alias="_target_")
     kwargs: Dict[str, Any] = Field(default_factory=dict)
+    accumulate: Union[PositiveInt, Literal["auto"]] = 1
 
 
 # -- trainer -----------------------------------------------------------------
@@ -214,6 +221,23 @@ class TrainerConfig(Strict):
     device: Literal["auto", "cpu", "gpu"] = "cpu"
     out: Optional[str] = None
     threads: Union[Literal["auto", "keep"], PositiveInt] = "auto"
+
+
+# -- debug -------------------------------------------------------------------
+
+
+class DebugConfig(Strict):
+    """Debug modes (``debug=fast|overfit|profile``; ``mnframe.training.debug``).
+
+    ``overfit_batches``: train (and evaluate) on only the first N batches of every
+    rank's shard, in a fixed order: the loss must go to about zero.
+    ``profile``: time each phase of every iteration on every rank and print the
+    breakdown (and the slowest rank) at the end; written to ``profile.json``.
+    """
+
+    mode: Literal["none", "fast", "overfit", "profile"] = "none"
+    overfit_batches: Optional[PositiveInt] = None
+    profile: bool = False
 
 
 # -- checkpoint --------------------------------------------------------------
@@ -252,3 +276,4 @@ class RunConfig(Strict):
     # name -> typed entry; the kind is ``kind`` or the key (mnframe.config.extensions)
     extensions: Extensions = Field(default_factory=dict)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    debug: DebugConfig = Field(default_factory=DebugConfig)
