@@ -4,7 +4,8 @@ micro-batches before one averaged update, and can time each phase of an iteratio
 One iteration (one ``optimizer.update()``, one step of ``updater.iteration``):
 
     clear gradients
-    N times: next batch (data), forward, backward of loss / N (the gradients add up)
+    N times: next batch (data), forward, backward (the gradients add up)
+    gradients / N
     optimizer.update(): average over the data-parallel ranks, then the real update
 
 For a loss that is a mean over the batch, the summed gradient equals that of one
@@ -107,13 +108,15 @@ class MicroBatchUpdater(StandardUpdater):
             else:
                 loss = _call(loss_func, in_arrays)
             start = self._tick("forward", start)
-            if n > 1:
-                loss = loss / n
             loss.backward(loss_scale=getattr(optimizer, "_loss_scale", None))
             del loss
             self._tick("backward", start)
             if summary is not None:
                 summary.add({k: v for k, v in observation.items() if _summable(v)})
+        if n > 1:
+            start = time.perf_counter()
+            _scale_grads(target, 1.0 / n)  # the sum of N mean-losses' gradients -> their mean
+            self._tick("backward", start)
         if summary is not None:
             chainer.report({k: v for k, v in summary.compute_mean().items()})
         start = time.perf_counter()
@@ -134,6 +137,14 @@ class MicroBatchUpdater(StandardUpdater):
             saved = -1
         if isinstance(serializer, chainer.serializer.Deserializer):
             self.saved_global_batch = saved if saved > 0 else None
+
+
+def _scale_grads(target, factor: float) -> None:
+    """Every gradient times ``factor``, in place. (Scaling the gradients rather than the
+    loss works on model-parallel ranks too, whose "loss" is a placeholder without a gradient.)"""
+    for param in target.params():
+        if param.grad is not None:
+            param.grad *= param.grad.dtype.type(factor)
 
 
 def _call(loss_func, in_arrays):
