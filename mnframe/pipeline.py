@@ -86,6 +86,7 @@ def build_trainer(
         device=device,
         data_comm=comms.data,
         rank=comms.world.rank,
+        config=config,
     )
     add_extensions(trainer, cfg.extensions, ctx)
     schedule = schedule_extension(cfg.optimizer, next(iter(optimizers.values())))
