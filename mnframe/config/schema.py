@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from mnframe.checkpoint.config import CheckpointConfig
 from mnframe.config.extensions import Extensions
@@ -186,6 +186,13 @@ class ModelParallelTopology(Strict):
 Topology = Annotated[Union[DataParallelTopology, ModelParallelTopology], Field(discriminator="kind")]
 
 
+def _accumulate(value: Any) -> Any:
+    """``updater.accumulate``: a positive integer or ``auto`` (one message for both forms)."""
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return value
+    raise ValueError("must be a positive integer (micro-batches per update) or auto")
+
+
 class UpdaterConfig(Strict):
     """The updater; ``_target_`` picks a custom one (called with iterator=,
     optimizer=, device=, plus ``models=`` when it accepts it, and ``kwargs``).
@@ -197,7 +204,7 @@ class UpdaterConfig(Strict):
 
     target: str = Field("chainer.training.updaters.StandardUpdater", alias="_target_")
     kwargs: Dict[str, Any] = Field(default_factory=dict)
-    accumulate: Union[PositiveInt, Literal["auto"]] = 1
+    accumulate: Annotated[Union[int, str], BeforeValidator(_accumulate)] = 1
 
 
 # -- trainer -----------------------------------------------------------------

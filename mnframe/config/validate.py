@@ -416,7 +416,7 @@ def _micro_batch_issues(s: Dict[str, Any]) -> List[ConfigIssue]:
                 key,
                 f"works with the standard updater only, not updater._target_={updater.target}",
                 value=value,
-                allowed=f"{key.split('.')[-1]}=1/false, or the default updater",
+                allowed="the default updater (drop updater._target_)",
             )
         ]
     if isinstance(s.get("model"), dict) and len(s["model"]) > 1:
