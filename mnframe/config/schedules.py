@@ -124,6 +124,4 @@ class Cosine(_Schedule):
         return FunctionShift(self.attr, factor, unit, self.init, optimizer), (1, "iteration")
 
 
-LrSchedule = Annotated[
-    Union[ExponentialShift, LinearShift, StepShift, Warmup, Cosine], Field(discriminator="kind")
-]
+LrSchedule = Annotated[Union[ExponentialShift, LinearShift, StepShift, Warmup, Cosine], Field(discriminator="kind")]

@@ -65,8 +65,15 @@ class TimedAverage:
 class MicroBatchUpdater(StandardUpdater):
     """StandardUpdater with ``accumulate`` micro-batches per update and optional phase timing."""
 
-    def __init__(self, iterator, optimizer, accumulate: int = 1, global_batch: Optional[int] = None,
-                 timer: Optional[PhaseTimer] = None, **kwargs):
+    def __init__(
+        self,
+        iterator,
+        optimizer,
+        accumulate: int = 1,
+        global_batch: Optional[int] = None,
+        timer: Optional[PhaseTimer] = None,
+        **kwargs,
+    ):
         super().__init__(iterator, optimizer, **kwargs)
         self.accumulate = int(accumulate)
         self.global_batch = global_batch  # micro-batch per rank x ranks x accumulate

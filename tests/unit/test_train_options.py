@@ -4,7 +4,6 @@ older checkpoint), and the messages bad values of the new options get."""
 
 import csv
 import json
-import math
 import shutil
 
 import pytest
