@@ -46,6 +46,7 @@ def _options():
         "extensions",
         "checkpoint",
         "logger",
+        "debug",
     ):
         for option in C.list_group_options(group):
             yield group, option
