@@ -76,12 +76,23 @@ class StepShift(_Schedule):
         return ext, triggers.ManualScheduleTrigger(list(self.steps), self.unit)
 
 
+def _rate_attr(attr: Optional[str], optimizer) -> str:
+    """The hyper-parameter a schedule changes: ``attr``, or ``lr`` where the optimizer has
+    one and ``alpha`` where its ``lr`` is derived from it (Adam's family)."""
+    if attr is not None:
+        return attr
+    hyperparam = getattr(optimizer, "hyperparam", None)
+    if not hasattr(hyperparam, "lr") and hasattr(hyperparam, "alpha"):
+        return "alpha"
+    return "lr"
+
+
 class Warmup(_Schedule):
     """Linear warm-up: ``attr = init * (t + 1) / length`` for the first ``length`` updates
     (``unit: epoch``: epochs, fractional), then ``init``; ``init`` null: the optimizer's value."""
 
     kind: Literal["warmup"] = "warmup"
-    attr: str = "lr"
+    attr: Optional[str] = None  # null: lr, or alpha for optimizers whose lr is derived (Adam)
     length: PositiveInt
     init: Optional[float] = Field(None, gt=0)
     unit: Unit = "iteration"
@@ -90,7 +101,8 @@ class Warmup(_Schedule):
         from mnframe.extensions.lr_schedules import FunctionShift, warmup_factor
 
         length = self.length
-        ext = FunctionShift(self.attr, lambda t, trainer: warmup_factor(t, length), self.unit, self.init, optimizer)
+        factor = lambda t, trainer: warmup_factor(t, length)  # noqa: E731
+        ext = FunctionShift(_rate_attr(self.attr, optimizer), factor, self.unit, self.init, optimizer)
         return ext, (1, "iteration")
 
 
@@ -99,7 +111,7 @@ class Cosine(_Schedule):
     ``trainer.stop``), after an optional linear ``warmup`` (both in ``unit``s)."""
 
     kind: Literal["cosine"] = "cosine"
-    attr: str = "lr"
+    attr: Optional[str] = None  # null: lr, or alpha for optimizers whose lr is derived (Adam)
     init: Optional[float] = Field(None, gt=0)
     min_ratio: float = Field(0.0, ge=0, le=1)
     total: Optional[PositiveInt] = None
@@ -121,7 +133,7 @@ class Cosine(_Schedule):
             length = total if total is not None else training_length(trainer, unit)
             return cosine_factor(t, length, warmup, min_ratio)
 
-        return FunctionShift(self.attr, factor, unit, self.init, optimizer), (1, "iteration")
+        return FunctionShift(_rate_attr(self.attr, optimizer), factor, unit, self.init, optimizer), (1, "iteration")
 
 
 LrSchedule = Annotated[Union[ExponentialShift, LinearShift, StepShift, Warmup, Cosine], Field(discriminator="kind")]
