@@ -49,6 +49,16 @@ def test_schedule_factors():
     assert cosine_factor(6, 10, 2, 0.0) == pytest.approx(0.5)
 
 
+def test_schedules_change_alpha_where_lr_is_derived():
+    import chainer
+
+    from mnframe.config.schedules import _rate_attr
+
+    assert _rate_attr(None, chainer.optimizers.Adam()) == "alpha"
+    assert _rate_attr(None, chainer.optimizers.MomentumSGD()) == "lr"
+    assert _rate_attr("eps", chainer.optimizers.Adam()) == "eps"
+
+
 def test_cosine_with_warmup_sets_each_update_s_lr_and_resumes_on_the_curve(tmp_path):
     opts = (
         "optimizer=sgd",
