@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, NamedTuple, Optional
 import numpy as np
 
 from mnframe.builder.communicator import build_communicators
-from mnframe.builder.data import build_data
+from mnframe.builder.data import build_data, per_rank_batch_size
 from mnframe.builder.device import select_device
 from mnframe.builder.extensions import ExtensionContext, add_extensions
 from mnframe.builder.model import build_models, rank_plan, user_models
@@ -50,6 +50,7 @@ class Job(NamedTuple):
     checkpoint: Any
     models: Dict[str, Any]
     comms: Any
+    timer: Any = None  # debug=profile: the updater's PhaseTimer
 
 
 def build_trainer(
@@ -58,17 +59,23 @@ def build_trainer(
     """Everything up to ``trainer.run()`` (the checkpoint loaded when resuming)."""
     from chainer import training
 
+    from mnframe.training.debug import NoCheckpoint
+    from mnframe.training.updater import PhaseTimer, resolve_auto
+
     comms = build_communicators(cfg.communicator, cfg.topology)
     device = select_device(cfg.trainer.device, comms.world)
     seed_everything(cfg.seed, device)
     threads.configure(cfg.trainer.threads, comms.world, on_cpu=device.xp is np)
     plan = rank_plan(cfg, comms)  # None for data parallelism
-    data = build_data(cfg.dataset, comms, cfg.seed, empty=plan is not None and plan.dataset == "empty")
+    empty = plan is not None and plan.dataset == "empty"
+    data = build_data(cfg.dataset, comms, cfg.seed, empty=empty, overfit_batches=cfg.debug.overfit_batches)
     models = build_models(cfg, comms)
     for model in models.values():
         model.to_device(device)
     optimizers = {name: build_optimizer(cfg.optimizer, model, comms.data) for name, model in models.items()}
-    updater = build_updater(cfg.updater, data.train_iter, optimizers, device)
+    micro_batch = per_rank_batch_size(cfg.dataset, comms.data.size) * comms.data.size  # one micro-batch, all ranks
+    timer = PhaseTimer() if cfg.debug.profile else None
+    updater = build_updater(cfg.updater, data.train_iter, optimizers, device, micro_batch=micro_batch, timer=timer)
     trainer = training.Trainer(updater, tuple(cfg.trainer.stop), out=cfg.trainer.out or run_dir)
 
     main_model = models.get("main", next(iter(models.values())))
@@ -79,15 +86,21 @@ def build_trainer(
         device=device,
         data_comm=comms.data,
         rank=comms.world.rank,
+        config=config,
     )
     add_extensions(trainer, cfg.extensions, ctx)
     schedule = schedule_extension(cfg.optimizer, next(iter(optimizers.values())))
     if schedule is not None:
         extension, trigger = schedule
         trainer.extend(extension, trigger=trigger)
-    checkpoint = attach_checkpoints(trainer, cfg, run_dir, comms.world, config, config_hash)
+    if cfg.debug.mode == "fast":  # nothing resumed, nothing written
+        checkpoint = NoCheckpoint()
+    else:
+        checkpoint = attach_checkpoints(trainer, cfg, run_dir, comms.world, config, config_hash)
+    if cfg.updater.accumulate == "auto":
+        resolve_auto(updater, micro_batch, checkpoint, comms.world.rank)
     log.info("built: %s topology, %d data-parallel rank(s), device %s", cfg.topology.kind, comms.data.size, device)
-    return Job(trainer, checkpoint, models, comms)
+    return Job(trainer, checkpoint, models, comms, timer)
 
 
 def attach_checkpoints(trainer, cfg: RunConfig, run_dir, comm, config, config_hash):
@@ -103,6 +116,10 @@ def finish(cfg: RunConfig, job: Job, run_dir: str) -> None:
     from mnframe.checkpoint.export import export_models
 
     job.checkpoint.save_final(job.trainer)
+    if job.timer is not None:
+        from mnframe.training.debug import report_profile
+
+        report_profile(job.timer, job.comms.world, run_dir)
     if job.checkpoint.preempted:  # stopped early: the checkpoint is what to resume from
         return
     plan = rank_plan(cfg, job.comms)

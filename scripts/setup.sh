@@ -50,10 +50,10 @@ pip install -c "$CONSTRAINTS" --no-build-isolation "chainer==7.8.1"
 if [ "${MNFRAME_SYSTEM_MPI:-0}" = "1" ]; then
   # Build mpi4py from source against the system MPI (mpicc on PATH).
   pip install -c "$CONSTRAINTS" --no-binary=mpi4py "mpi4py>=4"
-  extras="recipes,test,tensorboard,tune"
+  extras="recipes,test,tensorboard,tune,mlflow"
 else
   pip install -c "$CONSTRAINTS" "mpi4py>=4"
-  extras="mpich,recipes,test,tensorboard,tune"
+  extras="mpich,recipes,test,tensorboard,tune,mlflow"
 fi
 pip install -c "$CONSTRAINTS" --no-build-isolation -e ".[$extras]"
 

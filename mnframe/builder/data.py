@@ -130,8 +130,10 @@ def per_rank_batch_size(cfg: DatasetConfig, data_width: int) -> int:
     return cfg.batch_size
 
 
-def build_data(cfg: DatasetConfig, comms, seed: int, empty: bool = False) -> Data:
-    """This rank's datasets and iterators; ``empty``: a receive-only rank's empty dataset.
+def build_data(cfg: DatasetConfig, comms, seed: int, empty: bool = False, overfit_batches=None) -> Data:
+    """This rank's datasets and iterators; ``empty``: a receive-only rank's empty dataset;
+    ``overfit_batches`` (debug=overfit): train and test on the first N batches of the shard,
+    never shuffled.
 
     ``comms`` has ``.world``, ``.data`` and ``.model`` communicators (builder.communicator)."""
     import mnframe
@@ -140,10 +142,15 @@ def build_data(cfg: DatasetConfig, comms, seed: int, empty: bool = False) -> Dat
     data_comm = comms.data
     comm = comms.model if strategy.span == "model" else data_comm
     train, test = strategy.datasets(cfg, comm, seed, comms.world)
+    batch = per_rank_batch_size(cfg, data_comm.size)
+    if overfit_batches:
+        from mnframe.training.debug import overfit_subset
+
+        train = test = overfit_subset(train, overfit_batches * batch)
+        cfg = cfg.model_copy(update={"shuffle": False})
     if empty:
         train = mnframe.create_empty_dataset(train)
         test = mnframe.create_empty_dataset(test)
-    batch = per_rank_batch_size(cfg, data_comm.size)
     train_iter = strategy.wrap_iterator(_iterator(cfg, train, batch, True), comm, True)
     test_iter = _iterator(cfg, test, cfg.test_batch_size or batch, False)
     return Data(train, test, train_iter, test_iter)

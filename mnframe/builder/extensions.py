@@ -24,6 +24,7 @@ class ExtensionContext:
     device: Any
     data_comm: Any
     rank: int  # world rank
+    config: Any = None  # the resolved run configuration (a plain dict), for trackers' parameters
 
 
 def add_extensions(trainer, entries: Dict[str, ExtensionBase], ctx: ExtensionContext) -> None:

@@ -31,7 +31,28 @@ PROVIDED: Dict[str, Callable[[Any, Dict[str, Any], Any], Any]] = {
 }
 
 
-def build_updater(cfg: UpdaterConfig, train_iter, optimizers: Dict[str, Any], device):
+# the updaters ``updater.accumulate`` and ``debug=profile`` work with (they become MicroBatchUpdater)
+STANDARD_UPDATERS = ("chainer.training.updaters.StandardUpdater", "mnframe.training.updater.MicroBatchUpdater")
+
+
+def build_updater(cfg: UpdaterConfig, train_iter, optimizers: Dict[str, Any], device, micro_batch=None, timer=None):
+    """The updater; with ``accumulate`` other than 1, or a ``timer`` (debug=profile), the
+    standard updater becomes ``MicroBatchUpdater`` (``micro_batch``: examples per micro-batch
+    over all data-parallel ranks, which ``accumulate=auto`` keeps a multiple of)."""
+    if cfg.accumulate != 1 or timer is not None:
+        from mnframe.training.updater import MicroBatchUpdater
+
+        accumulate = 1 if cfg.accumulate == "auto" else cfg.accumulate  # auto: resolve_auto after resuming
+        global_batch = None if micro_batch is None else micro_batch * accumulate
+        return MicroBatchUpdater(
+            train_iter,
+            optimizers["main"],
+            accumulate=accumulate,
+            global_batch=global_batch,
+            timer=timer,
+            device=device,
+            **cfg.kwargs,
+        )
     provided = {name: value(train_iter, optimizers, device) for name, value in PROVIDED.items()}
     if len(optimizers) == 1 and "models" not in _parameters(cfg.target):
         del provided["models"]

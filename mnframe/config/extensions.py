@@ -200,6 +200,82 @@ class TensorBoardExt(ExtensionBase):
         return out
 
 
+def _log_report_issues(self, path, entries) -> List[ConfigIssue]:
+    """A logger reads the LogReport entry named ``self.log_report``: it must be an enabled one."""
+    source = entries.get(self.log_report)
+    if isinstance(source, LogReportExt) and source.enabled:
+        return []
+    reports = sorted(n for n, e in entries.items() if isinstance(e, LogReportExt) and e.enabled)
+    return [
+        ConfigIssue(
+            join_path(path, "log_report"),
+            "writes what a log_report extension logs, and there is no enabled one by that name",
+            value=self.log_report,
+            allowed=", ".join(reports) or "enable or add one: extensions.log_report",
+        )
+    ]
+
+
+class CsvExt(ExtensionBase):
+    """Every entry of the LogReport named ``log_report`` as a row of ``<run dir>/<file_name>``
+    (rank 0; rewritten at each new entry). Chosen with ``logger=csv``."""
+
+    kind: Literal["csv"] = "csv"
+    self_triggered: ClassVar[bool] = True  # looks for new log entries every iteration
+    rank0_only: Literal[True] = True
+    log_report: str = "log_report"
+    file_name: str = Field("metrics.csv", min_length=1)
+
+    def build(self, ctx):
+        from mnframe.extensions.csv_report import CSVReport
+
+        return CSVReport(log_report=self.log_report, file_name=self.file_name)
+
+    def issues(self, path, entries):
+        return _log_report_issues(self, path, entries)
+
+
+class MlflowExt(ExtensionBase):
+    """MLflow tracking on rank 0: the resolved config (flattened) as parameters, every
+    entry of the LogReport named ``log_report`` as metrics at its iteration; a resumed
+    run continues the same MLflow run (``mnframe.extensions.mlflow_report``).
+
+    ``tracking_uri`` null: ``<run dir>/mlruns`` (a local file store, no server);
+    ``experiment`` null: the run's ``name``. Needs mlflow (``pip install 'mnframe[mlflow]'``);
+    chosen with ``logger=mlflow``."""
+
+    kind: Literal["mlflow"] = "mlflow"
+    self_triggered: ClassVar[bool] = True
+    rank0_only: Literal[True] = True
+    log_report: str = "log_report"
+    tracking_uri: Optional[str] = None
+    experiment: Optional[str] = None
+    run_name: Optional[str] = None
+
+    def build(self, ctx):
+        from mnframe.extensions.mlflow_report import MLflowReport
+
+        config = getattr(ctx, "config", None) or {}
+        return MLflowReport(
+            log_report=self.log_report,
+            tracking_uri=self.tracking_uri,
+            experiment=self.experiment or str(config.get("name") or "mnframe"),
+            run_name=self.run_name,
+            params=config,
+        )
+
+    def issues(self, path, entries):
+        if importlib.util.find_spec("mlflow") is None:
+            from mnframe.runtime.errors import DependencyError
+
+            # an environment problem (exit 3), not a configuration error
+            raise DependencyError(
+                f"{path} (logger=mlflow) needs the mlflow package, which is not installed; "
+                f"fix: pip install 'mnframe[mlflow]' (or mlflow), or logger=none"
+            )
+        return _log_report_issues(self, path, entries)
+
+
 class CustomExt(ExtensionBase):
     """Any extension by ``_target_`` (called with ``kwargs``)."""
 
@@ -234,7 +310,18 @@ def _kinds_from_keys(value: Any) -> Any:
 
 
 Extension = Annotated[
-    Union[EvaluatorExt, LogReportExt, PrintReportExt, ProgressBarExt, PlotExt, ObserveLrExt, TensorBoardExt, CustomExt],
+    Union[
+        EvaluatorExt,
+        LogReportExt,
+        PrintReportExt,
+        ProgressBarExt,
+        PlotExt,
+        ObserveLrExt,
+        TensorBoardExt,
+        CsvExt,
+        MlflowExt,
+        CustomExt,
+    ],
     Field(discriminator="kind"),
 ]
 

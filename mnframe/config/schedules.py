@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, List, Literal, Optional, Tuple, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 PositiveInt = Annotated[int, Field(gt=0)]
 Unit = Literal["epoch", "iteration"]
@@ -76,4 +76,64 @@ class StepShift(_Schedule):
         return ext, triggers.ManualScheduleTrigger(list(self.steps), self.unit)
 
 
-LrSchedule = Annotated[Union[ExponentialShift, LinearShift, StepShift], Field(discriminator="kind")]
+def _rate_attr(attr: Optional[str], optimizer) -> str:
+    """The hyper-parameter a schedule changes: ``attr``, or ``lr`` where the optimizer has
+    one and ``alpha`` where its ``lr`` is derived from it (Adam's family)."""
+    if attr is not None:
+        return attr
+    hyperparam = getattr(optimizer, "hyperparam", None)
+    if not hasattr(hyperparam, "lr") and hasattr(hyperparam, "alpha"):
+        return "alpha"
+    return "lr"
+
+
+class Warmup(_Schedule):
+    """Linear warm-up: ``attr = init * (t + 1) / length`` for the first ``length`` updates
+    (``unit: epoch``: epochs, fractional), then ``init``; ``init`` null: the optimizer's value."""
+
+    kind: Literal["warmup"] = "warmup"
+    attr: Optional[str] = None  # null: lr, or alpha for optimizers whose lr is derived (Adam)
+    length: PositiveInt
+    init: Optional[float] = Field(None, gt=0)
+    unit: Unit = "iteration"
+
+    def build(self, optimizer):
+        from mnframe.extensions.lr_schedules import FunctionShift, warmup_factor
+
+        length = self.length
+        factor = lambda t, trainer: warmup_factor(t, length)  # noqa: E731
+        ext = FunctionShift(_rate_attr(self.attr, optimizer), factor, self.unit, self.init, optimizer)
+        return ext, (1, "iteration")
+
+
+class Cosine(_Schedule):
+    """Cosine decay from ``init`` to ``init * min_ratio`` at ``total`` (null: the length of
+    ``trainer.stop``), after an optional linear ``warmup`` (both in ``unit``s)."""
+
+    kind: Literal["cosine"] = "cosine"
+    attr: Optional[str] = None  # null: lr, or alpha for optimizers whose lr is derived (Adam)
+    init: Optional[float] = Field(None, gt=0)
+    min_ratio: float = Field(0.0, ge=0, le=1)
+    total: Optional[PositiveInt] = None
+    warmup: int = Field(0, ge=0)
+    unit: Unit = "iteration"
+
+    @model_validator(mode="after")
+    def _warmup_within_total(self):
+        if self.total is not None and self.warmup >= self.total:
+            raise ValueError(f"warmup ({self.warmup}) must be shorter than total ({self.total})")
+        return self
+
+    def build(self, optimizer):
+        from mnframe.extensions.lr_schedules import FunctionShift, cosine_factor, training_length
+
+        total, warmup, min_ratio, unit = self.total, self.warmup, self.min_ratio, self.unit
+
+        def factor(t, trainer):
+            length = total if total is not None else training_length(trainer, unit)
+            return cosine_factor(t, length, warmup, min_ratio)
+
+        return FunctionShift(_rate_attr(self.attr, optimizer), factor, unit, self.init, optimizer), (1, "iteration")
+
+
+LrSchedule = Annotated[Union[ExponentialShift, LinearShift, StepShift, Warmup, Cosine], Field(discriminator="kind")]

@@ -19,13 +19,14 @@ Layout (``conf/<group>/<choice>.yaml`` fills each section)::
     trainer                     TrainerConfig
     extensions                  {name: ``extensions.Extension``} (kind = ``kind`` or the key)
     checkpoint                  CheckpointConfig
+    debug                       DebugConfig (debug modes: fast, overfit, profile)
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from mnframe.checkpoint.config import CheckpointConfig
 from mnframe.config.extensions import Extensions
@@ -186,12 +187,25 @@ class ModelParallelTopology(Strict):
 Topology = Annotated[Union[DataParallelTopology, ModelParallelTopology], Field(discriminator="kind")]
 
 
+def _accumulate(value: Any) -> Any:
+    """``updater.accumulate``: a positive integer or ``auto`` (one message for both forms)."""
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return value
+    raise ValueError("must be a positive integer (micro-batches per update) or auto")
+
+
 class UpdaterConfig(Strict):
     """The updater; ``_target_`` picks a custom one (called with iterator=,
-    optimizer=, device=, plus ``models=`` when it accepts it, and ``kwargs``)."""
+    optimizer=, device=, plus ``models=`` when it accepts it, and ``kwargs``).
+
+    ``accumulate``: N micro-batches of ``dataset.batch_size`` per rank are summed
+    before one averaged update (``mnframe.training.updater``); ``auto`` keeps the
+    global batch of the checkpoint a run resumes from (1 on a fresh start), e.g.
+    when it resumes on fewer ranks. Needs the standard updater and one model."""
 
     target: str = Field("chainer.training.updaters.StandardUpdater", alias="_target_")
     kwargs: Dict[str, Any] = Field(default_factory=dict)
+    accumulate: Annotated[Union[int, str], BeforeValidator(_accumulate)] = 1
 
 
 # -- trainer -----------------------------------------------------------------
@@ -215,6 +229,23 @@ class TrainerConfig(Strict):
     device: Literal["auto", "cpu", "gpu"] = "cpu"
     out: Optional[str] = None
     threads: Union[Literal["auto", "keep"], PositiveInt] = "auto"
+
+
+# -- debug -------------------------------------------------------------------
+
+
+class DebugConfig(Strict):
+    """Debug modes (``debug=fast|overfit|profile``; ``mnframe.training.debug``).
+
+    ``overfit_batches``: train (and evaluate) on only the first N batches of every
+    rank's shard, in a fixed order: the loss must go to about zero.
+    ``profile``: time each phase of every iteration on every rank and print the
+    breakdown (and the slowest rank) at the end; written to ``profile.json``.
+    """
+
+    mode: Literal["none", "fast", "overfit", "profile"] = "none"
+    overfit_batches: Optional[PositiveInt] = None
+    profile: bool = False
 
 
 # -- checkpoint --------------------------------------------------------------
@@ -254,3 +285,4 @@ class RunConfig(Strict):
     extensions: Extensions = Field(default_factory=dict)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     tune: Optional[TuneConfig] = None  # the objective of a search (tune=optuna; mnframe.tune)
+    debug: DebugConfig = Field(default_factory=DebugConfig)

@@ -401,6 +401,29 @@ def _extension_issues(entries: Dict[str, ExtensionBase]) -> List[ConfigIssue]:
     return issues
 
 
+def _micro_batch_issues(s: Dict[str, Any]) -> List[ConfigIssue]:
+    """``updater.accumulate`` and ``debug=profile`` replace the standard updater: not a custom one."""
+    from mnframe.builder.updater import STANDARD_UPDATERS
+
+    updater = s["updater"]
+    profile = "debug" in s and s["debug"].profile
+    if updater.accumulate == 1 and not profile:
+        return []
+    key, value = ("updater.accumulate", updater.accumulate) if updater.accumulate != 1 else ("debug.profile", True)
+    if updater.target.replace(":", ".") not in STANDARD_UPDATERS:
+        return [
+            ConfigIssue(
+                key,
+                f"works with the standard updater only, not updater._target_={updater.target}",
+                value=value,
+                allowed="the default updater (drop updater._target_)",
+            )
+        ]
+    if isinstance(s.get("model"), dict) and len(s["model"]) > 1:
+        return [ConfigIssue(key, "works with one model only (this recipe has several)", value=value)]
+    return []
+
+
 # -- the entry point -------------------------------------------------------------
 
 
@@ -554,6 +577,7 @@ def _semantic_issues(
         from mnframe.builder.updater import PROVIDED
 
         issues += check_target("updater", s["updater"].target, s["updater"].kwargs, set(PROVIDED))
+        issues += _micro_batch_issues(s)
     if "extensions" in s:
         issues += _extension_issues(s["extensions"])
     return issues

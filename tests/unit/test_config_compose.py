@@ -47,6 +47,7 @@ def _options():
         "checkpoint",
         "logger",
         "tune",
+        "debug",
     ):
         for option in C.list_group_options(group):
             yield group, option

@@ -94,7 +94,7 @@ MUTATIONS = [
     ("optimizer.name", "adamw", "optimizer.name"),
     ("optimizer.weight_decay", -1.0, "optimizer.weight_decay"),
     ("optimizer.gradient_clipping", 0, "optimizer.gradient_clipping"),
-    ("optimizer.lr_schedule", {"kind": "cosine"}, "optimizer.lr_schedule"),
+    ("optimizer.lr_schedule", {"kind": "cosine_restarts"}, "optimizer.lr_schedule"),
     ("optimizer.betta1", 0.9, "did you mean 'beta1'"),
     ("extensions.plot_loss.y_keys", [], "extensions.plot_loss.y_keys"),
     ("extensions.snapshot_everything", {"enabled": True}, "extensions.snapshot_everything"),

@@ -23,6 +23,8 @@ def test_every_extension_kind_is_a_model_that_builds_itself():
         "plot",
         "observe_lr",
         "tensorboard",
+        "csv",
+        "mlflow",
         "custom",
     } == set(kinds)
     for kind, model in kinds.items():
