@@ -118,7 +118,8 @@ def finish(cfg: RunConfig, job: Job, run_dir: str, seconds: float = 0.0) -> None
         if ckpt.interrupted:
             raise Interrupted(
                 f"interrupted at iteration {job.trainer.updater.iteration}; checkpoint "
-                f"{ckpt.store.path(ckpt.last_saved)} written; run the same command to resume"
+                f"{ckpt.store.path(ckpt.last_saved)} written; run the same command to resume "
+                f"(with hydra.run.dir={run_dir})"
             )
         return
     plan = rank_plan(cfg, job.comms)

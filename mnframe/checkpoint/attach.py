@@ -17,9 +17,10 @@ def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None, o
     CheckpointConfig (or a dict of its fields); ``config`` (a plain dict of the
     whole run configuration) is stored in the manifest so a later resume can
     show what changed. ``on_nonfinite``: ``stop`` ends training at a non-finite loss
-    (``trainer.on_nonfinite``; see divergence.py), ``ignore`` does not look. Returns the CheckpointExtension; its ``resumed_from``
-    names the checkpoint loaded (None for a fresh start) and ``preempted`` says
-    whether the run stopped for a preemption signal.
+    (``trainer.on_nonfinite``; see divergence.py), ``ignore`` does not look. Returns
+    the CheckpointExtension; its ``resumed_from`` names the checkpoint loaded (None
+    for a fresh start) and ``preempted`` says whether the run stopped for a
+    preemption signal.
     """
     cfg = (
         cfg_section if isinstance(cfg_section, CheckpointConfig) else CheckpointConfig.model_validate(cfg_section or {})

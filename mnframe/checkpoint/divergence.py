@@ -64,7 +64,11 @@ def message(iteration, code, rank, key, last_checkpoint):
         else f"{key or 'the loss'} is {VALUES.get(code, 'non-finite')} at iteration {iteration}"
         + (f" (rank {rank})" if rank is not None else "")
     )
-    kept = f"the newest checkpoint, {last_checkpoint}, is the last finite one" if last_checkpoint else "no checkpoint"
+    kept = (
+        f"the newest checkpoint, {last_checkpoint}, is the last finite one"
+        if last_checkpoint
+        else "no checkpoint was written"
+    )
     return (
         f"{what}; training stopped, no model written, {kept}. Try a lower learning rate (optimizer.lr), "
         f"gradient clipping (optimizer.gradient_clipping=1.0) or float32 on the wire "

@@ -60,7 +60,16 @@ class CheckpointExtension(extension.Extension):
     priority = 0  # below PRIORITY_READER: after every other extension
 
     def __init__(
-        self, store, comm, interval, keep=3, config_hash=None, config=None, preemption_enabled=True, abort_on_error=True, on_nonfinite="stop"
+        self,
+        store,
+        comm,
+        interval,
+        keep=3,
+        config_hash=None,
+        config=None,
+        preemption_enabled=True,
+        abort_on_error=True,
+        on_nonfinite="stop",
     ):
         self.store = store
         self.comm = comm

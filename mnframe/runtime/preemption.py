@@ -39,11 +39,20 @@ _flag = threading.Event()
 _interrupt = threading.Event()  # this rank received SIGINT
 
 
+def _world_rank():
+    mpi = sys.modules.get("mpi4py.MPI")
+    try:
+        return mpi.COMM_WORLD.Get_rank() if mpi is not None and mpi.Is_initialized() else 0
+    except Exception:
+        return 0
+
+
 def _sigint_handler(signum, frame):
     now = time.monotonic()
     first = _state["sigint_at"]
     if first is not None and now - first >= SECOND_INTERRUPT_S:
-        sys.stderr.write("mnframe: second Ctrl-C: exiting now, without a checkpoint\n")
+        if _world_rank() == 0:
+            sys.stderr.write("mnframe: second Ctrl-C: exiting now, without a checkpoint\n")
         sys.stderr.flush()
         sentinel = sys.modules.get("mnframe.runtime.sentinel")
         if sentinel is not None:
@@ -53,11 +62,12 @@ def _sigint_handler(signum, frame):
         _state["sigint_at"] = now
         _interrupt.set()
         _flag.set()
-        sys.stderr.write(
-            "mnframe: Ctrl-C: all ranks will checkpoint at the next iteration boundary and stop "
-            "(press Ctrl-C again to exit at once, without a checkpoint)\n"
-        )
-        sys.stderr.flush()
+        if _world_rank() == 0:  # every rank gets the Ctrl-C: one of them says so
+            sys.stderr.write(
+                "mnframe: Ctrl-C: all ranks will checkpoint at the next iteration boundary and stop "
+                "(press Ctrl-C again to exit at once, without a checkpoint)\n"
+            )
+            sys.stderr.flush()
 
 
 def _handler(signum, frame):
