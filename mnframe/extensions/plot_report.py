@@ -17,11 +17,15 @@ class AtomicPlotReport(PlotReport):
         final = self._file_name
         tmp = f".{os.path.basename(final)}.tmp{os.getpid()}{os.path.splitext(final)[1]}"
         tmp = os.path.join(os.path.dirname(final), tmp)
+        written = os.path.join(trainer.out, tmp)
         self._file_name = tmp  # PlotReport saves to os.path.join(trainer.out, self._file_name)
         try:
             super().__call__(trainer)
+        except BaseException:
+            if os.path.exists(written):
+                os.remove(written)
+            raise
         finally:
             self._file_name = final
-        written = os.path.join(trainer.out, tmp)
         if os.path.exists(written):  # drawn this time (its trigger fired and it had data)
             os.replace(written, os.path.join(trainer.out, final))

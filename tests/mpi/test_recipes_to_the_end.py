@@ -50,7 +50,9 @@ TINY = {
     ],
 }
 SHIPPED = {"imagenet": "multiprocess"}  # the others ship with the serial loader
-CASES = [(recipe, loader) for recipe in sorted(TINY) for loader in sorted({SHIPPED.get(recipe, "serial"), "multiprocess"})]
+CASES = [
+    (recipe, loader) for recipe in sorted(TINY) for loader in sorted({SHIPPED.get(recipe, "serial"), "multiprocess"})
+]
 
 
 def test_every_recipe_is_in_the_table():
