@@ -50,8 +50,13 @@ TINY = {
     ],
 }
 SHIPPED = {"imagenet": "multiprocess"}  # the others ship with the serial loader
+# tests/test_recipes_smoke.py already runs these to their end with the serial loader
+SMOKE_TESTED = {"cifar", "dcgan", "seq2seq", "parallel_convolution", "mnist_dual_parallel"}
 CASES = [
-    (recipe, loader) for recipe in sorted(TINY) for loader in sorted({SHIPPED.get(recipe, "serial"), "multiprocess"})
+    (recipe, loader)
+    for recipe in sorted(TINY)
+    for loader in sorted({SHIPPED.get(recipe, "serial"), "multiprocess"})
+    if not (loader == "serial" and recipe in SMOKE_TESTED)
 ]
 
 
