@@ -152,11 +152,13 @@ FAILED_FILE = "FAILED.txt"
 def record_run(run_dir: str, yaml_text: str, record: Optional[Dict[str, str]]) -> None:
     """Rank 0, once the job is accepted (config valid, checkpoint compatible):
     ``config.yaml`` and ``.hydra/`` describe the run from now on."""
+    from mnframe.utils.fs import atomic_write_text
+
     path = Path(run_dir)
-    (path / "config.yaml").write_text(yaml_text)
+    atomic_write_text(path / "config.yaml", yaml_text)
     for name, text in (record or {}).items():
         (path / RECORD_DIR).mkdir(exist_ok=True)
-        (path / RECORD_DIR / name).write_text(text)
+        atomic_write_text(path / RECORD_DIR / name, text)
     (path / FAILED_FILE).unlink(missing_ok=True)
     log.info("run directory: %s", run_dir)
 
@@ -164,11 +166,13 @@ def record_run(run_dir: str, yaml_text: str, record: Optional[Dict[str, str]]) -
 def record_failure(run_dir: str, message: str) -> None:
     """Rank 0, after a job failed with a configuration error: a new run directory says why
     in ``FAILED.txt``; one holding an earlier run (a refused resume) is left as it was."""
+    from mnframe.utils.fs import atomic_write_text
+
     path = Path(run_dir)
     if not path.is_dir() or (path / "config.yaml").exists():
         return
     try:
-        (path / FAILED_FILE).write_text(f"configuration error: {message}\n")
+        atomic_write_text(path / FAILED_FILE, f"configuration error: {message}\n")
     except OSError:
         pass  # an unwritable run directory is what the message is about
 
@@ -385,4 +389,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     if argv[:1] and argv[0] in SUBCOMMANDS:
         sys.exit(run_main(_subcommand, SUBCOMMANDS[argv[0]], argv[1:]))
-    sys.exit(run_main(_main, argv))
+    sys.exit(run_main(_interrupt_is_one_line, argv))
+
+
+def _interrupt_is_one_line(argv: Sequence[str]) -> None:
+    """A Ctrl-C outside the training loop (which turns it into a checkpoint and status 130
+    itself) ends the job with status 130 and one line, not a traceback per rank."""
+    try:
+        _main(argv)
+    except KeyboardInterrupt:
+        from mnframe.runtime.errors import Interrupted
+
+        raise Interrupted("interrupted (Ctrl-C) outside the training loop; no checkpoint was written") from None

@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import random
+import sys
+import time
 from typing import Any, Callable, Dict, NamedTuple, Optional
 
 import numpy as np
@@ -108,19 +110,34 @@ def attach_checkpoints(trainer, cfg: RunConfig, run_dir, comm, config, config_ha
     from mnframe.checkpoint.attach import attach
 
     section = cfg.checkpoint.model_copy(update={"resume": cfg.resume})
-    return attach(trainer, section, run_dir, comm, config_hash=config_hash, config=config)
+    return attach(
+        trainer, section, run_dir, comm, config_hash=config_hash, config=config, on_nonfinite=cfg.trainer.on_nonfinite
+    )
 
 
-def finish(cfg: RunConfig, job: Job, run_dir: str) -> None:
-    """After training: a checkpoint of the last iteration and the model as ``model*.npz``."""
+def finish(cfg: RunConfig, job: Job, run_dir: str, seconds: float = 0.0) -> None:
+    """After training: a checkpoint of the last iteration (normally written inside the loop
+    already) and the model as ``model*.npz``, then one summary line on rank 0. A run that
+    diverged or was interrupted (Ctrl-C) ends with its own status instead (every rank)."""
+    from mnframe import summary
     from mnframe.checkpoint.export import export_models
+    from mnframe.runtime.errors import Interrupted, TrainingDiverged
 
-    job.checkpoint.save_final(job.trainer)
+    ckpt = job.checkpoint
+    ckpt.save_final(job.trainer)
     if job.timer is not None:
         from mnframe.training.debug import report_profile
 
         report_profile(job.timer, job.comms.world, run_dir)
-    if job.checkpoint.preempted:  # stopped early: the checkpoint is what to resume from
+    if ckpt.diverged:
+        raise TrainingDiverged(ckpt.diverged)
+    if ckpt.preempted:  # stopped early: the checkpoint is what to resume from
+        if ckpt.interrupted:
+            raise Interrupted(
+                f"interrupted at iteration {job.trainer.updater.iteration}; checkpoint "
+                f"{ckpt.store.path(ckpt.last_saved)} written; run the same command to resume "
+                f"(with hydra.run.dir={run_dir})"
+            )
         return
     plan = rank_plan(cfg, job.comms)
     paths = export_models(
@@ -132,6 +149,10 @@ def finish(cfg: RunConfig, job: Job, run_dir: str) -> None:
     )
     for path in paths:
         log.info("trained model written to %s", path)
+    if job.comms.world.rank == 0:
+        models = paths if plan is None else [os.path.join(run_dir, "model_rank*.npz")]
+        sys.stderr.write(summary.line(job.trainer, seconds, models, run_dir) + "\n")
+        sys.stderr.flush()
 
 
 def run(
@@ -149,6 +170,7 @@ def run(
     job = build_trainer(cfg, run_dir, config, config_hash)
     if on_start is not None:
         on_start()
+    started = time.monotonic()
     job.trainer.run()
-    finish(cfg, job, run_dir)
+    finish(cfg, job, run_dir, time.monotonic() - started)
     return job.trainer

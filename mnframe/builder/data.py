@@ -8,6 +8,7 @@ empty dataset of the same length (``create_empty_dataset``).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Dict, Tuple
 
@@ -15,6 +16,8 @@ import numpy as np
 
 from mnframe.builder.instantiate import agree_on_faults, instantiate
 from mnframe.config.schema import DatasetConfig
+
+log = logging.getLogger("mnframe.data")
 
 
 def _load(cfg: DatasetConfig, world, here: bool = True):
@@ -130,6 +133,24 @@ def per_rank_batch_size(cfg: DatasetConfig, data_width: int) -> int:
     return cfg.batch_size
 
 
+def warn_batch_larger_than_shard(batch: int, train, data_comm) -> None:
+    """One warning (data-parallel rank 0) when a batch holds more examples than the rank's
+    training set: every iteration then wraps around the shard and an "epoch" is less than
+    one iteration, which is rarely what was meant."""
+    try:
+        size = len(train)
+    except TypeError:  # no dataset on this rank (a multi-node iterator's non-root)
+        return
+    if data_comm.rank == 0 and 0 < size < batch:
+        log.warning(
+            "the batch (%d examples per rank) is larger than this rank's shard of the training set "
+            "(%d examples): every iteration passes the end of an epoch; lower dataset.batch_size "
+            "(or dataset.global_batch_size), or use more data or fewer ranks",
+            batch,
+            size,
+        )
+
+
 def build_data(cfg: DatasetConfig, comms, seed: int, empty: bool = False, overfit_batches=None) -> Data:
     """This rank's datasets and iterators; ``empty``: a receive-only rank's empty dataset;
     ``overfit_batches`` (debug=overfit): train and test on the first N batches of the shard,
@@ -151,6 +172,7 @@ def build_data(cfg: DatasetConfig, comms, seed: int, empty: bool = False, overfi
     if empty:
         train = mnframe.create_empty_dataset(train)
         test = mnframe.create_empty_dataset(test)
+    warn_batch_larger_than_shard(batch, train, data_comm)
     train_iter = strategy.wrap_iterator(_iterator(cfg, train, batch, True), comm, True)
     test_iter = _iterator(cfg, test, cfg.test_batch_size or batch, False)
     return Data(train, test, train_iter, test_iter)

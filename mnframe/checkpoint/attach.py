@@ -9,16 +9,18 @@ from mnframe.checkpoint.store import CheckpointStore
 from mnframe.runtime import watchdog
 
 
-def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None):
+def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None, on_nonfinite="stop"):
     """Install checkpointing on ``trainer`` and resume it if a checkpoint applies (collective).
 
     Call it after every other extension has been added (their states are
     restored here, before ``trainer.run()``). ``cfg_section`` is a
     CheckpointConfig (or a dict of its fields); ``config`` (a plain dict of the
     whole run configuration) is stored in the manifest so a later resume can
-    show what changed. Returns the CheckpointExtension; its ``resumed_from``
-    names the checkpoint loaded (None for a fresh start) and ``preempted`` says
-    whether the run stopped for a preemption signal.
+    show what changed. ``on_nonfinite``: ``stop`` ends training at a non-finite loss
+    (``trainer.on_nonfinite``; see divergence.py), ``ignore`` does not look. Returns
+    the CheckpointExtension; its ``resumed_from`` names the checkpoint loaded (None
+    for a fresh start) and ``preempted`` says whether the run stopped for a
+    preemption signal.
     """
     cfg = (
         cfg_section if isinstance(cfg_section, CheckpointConfig) else CheckpointConfig.model_validate(cfg_section or {})
@@ -33,6 +35,7 @@ def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None):
         config_hash=config_hash,
         config=config,
         preemption_enabled=cfg.preemption,
+        on_nonfinite=on_nonfinite,
     )
     ext.bind(trainer)
     trainer.extend(ext, name=ext.name, trigger=ext.trigger, priority=ext.priority)

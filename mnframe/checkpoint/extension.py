@@ -1,12 +1,16 @@
-"""The trainer extension that writes checkpoints and handles preemption.
+"""The trainer extension that writes checkpoints and decides when training stops early.
 
 Runs after every other extension of an iteration (priority 0), so the states it
-saves are final for that iteration. ``save_final`` (called by the runner once
-``trainer.run()`` returns) writes the last iteration too. Each iteration it (1) if preemption is on,
-agrees with the other ranks whether a SIGTERM/SIGUSR1 arrived anywhere (one
-tiny allreduce), (2) writes a checkpoint every ``interval`` iterations or when
-preempted, (3) when preempted, makes the trainer stop after this iteration so
-the run ends normally with status 0. Its own state is the random generators
+saves are final for that iteration. Each iteration it (1) agrees with the other
+ranks (one tiny allreduce, when preemption or the non-finite check is on)
+whether a SIGTERM/SIGUSR1/Ctrl-C arrived anywhere and whether any rank saw a
+non-finite loss (``divergence``), (2) on a non-finite loss stops the trainer
+without writing a checkpoint (the newest one stays the last finite one), (3)
+writes a checkpoint every ``interval`` iterations, when preempted, and on the
+trainer's last iteration: inside the loop, before Chainer finalizes the
+extensions and iterators (a finalized MultiprocessIterator cannot be saved).
+``save_final`` (called by the runner once ``trainer.run()`` returns) is then a
+no-op unless the stop came another way. Its own state is the random generators
 (see rng.py), saved inside each rank's file.
 """
 
@@ -14,28 +18,38 @@ import sys
 
 from chainer.training import extension
 
+from mnframe.checkpoint import divergence
 from mnframe.checkpoint.rng import RngState
 from mnframe.checkpoint.store import checkpoint_name
 from mnframe.checkpoint.trainer_io import RNG_KEY, save_trainer
 from mnframe.runtime import guard, preemption
 
 
-class _StopWhenPreempted:
-    """The trainer's stop trigger, plus 'stop when the ranks agreed to preempt'."""
+class _StopTrigger:
+    """The trainer's stop trigger, evaluated once per iteration (so the checkpoint extension
+    can ask "is this the last iteration?" before the trainer does, and both get the same
+    answer from a stateful trigger), plus "stop now" once the ranks agreed to stop early."""
 
     def __init__(self, inner, ext):
         self.inner = inner
         self.ext = ext
+        self._memo = (None, False)
+
+    def last_iteration(self, trainer):
+        iteration = trainer.updater.iteration
+        if self._memo[0] != iteration:
+            self._memo = (iteration, bool(self.inner(trainer)))
+        return self._memo[1]
 
     def __call__(self, trainer):
-        return self.ext.preempted or self.inner(trainer)
+        return self.last_iteration(trainer) or self.ext.stopping
 
     def serialize(self, serializer):
         if hasattr(self.inner, "serialize"):
             self.inner.serialize(serializer)
 
     def __getattr__(self, name):  # get_training_length, period, unit... for ProgressBar & co.
-        if name == "inner":  # not set yet (copy/unpickle): no recursion
+        if name in ("inner", "ext", "_memo"):  # not set yet (copy/unpickle): no recursion
             raise AttributeError(name)
         return getattr(self.inner, name)
 
@@ -46,7 +60,16 @@ class CheckpointExtension(extension.Extension):
     priority = 0  # below PRIORITY_READER: after every other extension
 
     def __init__(
-        self, store, comm, interval, keep=3, config_hash=None, config=None, preemption_enabled=True, abort_on_error=True
+        self,
+        store,
+        comm,
+        interval,
+        keep=3,
+        config_hash=None,
+        config=None,
+        preemption_enabled=True,
+        abort_on_error=True,
+        on_nonfinite="stop",
     ):
         self.store = store
         self.comm = comm
@@ -56,7 +79,12 @@ class CheckpointExtension(extension.Extension):
         self.config = config
         self.preemption_enabled = preemption_enabled
         self.abort_on_error = abort_on_error
+        self.on_nonfinite = on_nonfinite
         self.preempted = False
+        self.interrupted = False  # the stop was a Ctrl-C (the runner exits 130)
+        self.diverged = None  # the one line saying where the loss became non-finite
+        self.stopping = False
+        self._stop = None
         self.last_saved = None
         self.resumed_from = None
         self._trainer = None
@@ -71,21 +99,53 @@ class CheckpointExtension(extension.Extension):
 
     def initialize(self, trainer):
         self.bind(trainer)
-        if self.preemption_enabled and preemption.install():
-            if not isinstance(trainer.stop_trigger, _StopWhenPreempted):
-                trainer.stop_trigger = _StopWhenPreempted(trainer.stop_trigger, self)
+        if self.preemption_enabled:
+            preemption.install(interrupt=True)
+        if not isinstance(trainer.stop_trigger, _StopTrigger):
+            trainer.stop_trigger = _StopTrigger(trainer.stop_trigger, self)
+        self._stop = trainer.stop_trigger
 
     def __call__(self, trainer):
         iteration = trainer.updater.iteration
-        if self.preemption_enabled and preemption.agree(self.comm):
-            self.preempted = True
-            self.save(trainer, reason="preemption")
-            if self.comm.rank == 0:
-                sys.stderr.write(
-                    f"mnframe: preempted; checkpoint {self.last_saved} written at iteration {iteration}, stopping\n"
-                )
+        stop, code, rank, key = self._agree(trainer)
+        if code:
+            self._diverge(iteration, code, rank, key)
+            return
+        if stop:
+            self.preempted = self.stopping = True
+            self.interrupted = preemption.interrupted()
+            if self._save_finite(trainer, "interrupt" if self.interrupted else "preemption") and self.comm.rank == 0:
+                if not self.interrupted:  # the runner's last line speaks for an interruption
+                    sys.stderr.write(
+                        f"mnframe: preempted; checkpoint {self.last_saved} written at iteration {iteration}, stopping\n"
+                    )
         elif iteration % self.interval == 0:
-            self.save(trainer)
+            self._save_finite(trainer, "interval")
+        if not self.stopping and self._stop is not None and self._stop.last_iteration(trainer):
+            if self.last_saved != checkpoint_name(iteration):  # the last one, before anything is finalized
+                self._save_finite(trainer, "final")
+
+    def _agree(self, trainer):
+        """(stop requested anywhere, non-finite code, lowest rank that saw it, its key here)."""
+        checking = self.on_nonfinite == "stop"
+        if not (checking or self.preemption_enabled):
+            return False, 0, None, None
+        code, key = divergence.code_of(trainer.observation) if checking else (0, None)
+        size, rank = self.comm.size, self.comm.rank
+        stop, (code_max, first) = preemption.agree(self.comm, extra=(code, size - rank if code else 0))
+        return stop, code_max, (size - first if first else None), key
+
+    def _diverge(self, iteration, code, rank, key):
+        self.stopping = True
+        self.diverged = divergence.message(iteration, code, rank, key, self.last_saved or self.resumed_from)
+
+    def _save_finite(self, trainer, reason):
+        """Save unless the weights are non-finite somewhere (then stop as diverged). Collective."""
+        if self.on_nonfinite == "stop" and not divergence.weights_finite(trainer, self.comm):
+            self._diverge(trainer.updater.iteration, 4, None, None)
+            return False
+        self.save(trainer, reason=reason)
+        return True
 
     def save(self, trainer, reason="interval"):
         """Write a checkpoint of ``trainer`` now (collective)."""
@@ -105,9 +165,9 @@ class CheckpointExtension(extension.Extension):
         """After ``trainer.run()`` returned: a checkpoint of the last iteration, unless
         one was just written or loaded (collective). Returns its name or None."""
         iteration = trainer.updater.iteration
-        if iteration == 0 or checkpoint_name(iteration) in (self.last_saved, self.resumed_from):
+        if self.diverged or iteration == 0 or checkpoint_name(iteration) in (self.last_saved, self.resumed_from):
             return None
-        return self.save(trainer, reason="final")
+        return self.last_saved if self._save_finite(trainer, "final") else None
 
     def serialize(self, serializer):
         self.rng.serialize(serializer[RNG_KEY])

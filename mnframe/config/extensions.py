@@ -140,7 +140,9 @@ class PlotExt(ExtensionBase):
 
         if not extensions.PlotReport.available():
             return None  # matplotlib missing: chainer already warned
-        return extensions.PlotReport(
+        from mnframe.extensions.plot_report import AtomicPlotReport
+
+        return AtomicPlotReport(
             list(self.y_keys), self.x_key, trigger=(self.interval, self.unit), filename=self.file_name
         )
 

@@ -221,6 +221,9 @@ class TrainerConfig(Strict):
     share of the node's cores when training on CPUs and no ``*_NUM_THREADS``
     variable is set; a number sets it; ``keep`` leaves the pools alone
     (``mnframe.runtime.threads``).
+    ``on_nonfinite``: ``stop`` ends the run when a reported loss (or the weights about
+    to be checkpointed) is NaN or infinite, on every rank at the same iteration, with
+    exit status 4 and no model written; ``ignore`` trains on regardless.
     """
 
     stop: Tuple[PositiveInt, Unit] = Field(
@@ -229,6 +232,7 @@ class TrainerConfig(Strict):
     device: Literal["auto", "cpu", "gpu"] = "cpu"
     out: Optional[str] = None
     threads: Union[Literal["auto", "keep"], PositiveInt] = "auto"
+    on_nonfinite: Literal["stop", "ignore"] = "stop"
 
 
 # -- debug -------------------------------------------------------------------

@@ -19,6 +19,7 @@ schedule; ``render_png`` draws it with matplotlib.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -312,6 +313,9 @@ def render_png(topo: ModelParallelTopology, path: str) -> str:
     ax.set_xlim(-1.5, 3 * (n - 1) + 1.5)
     ax.set_ylim(-1.5 * depth, 1.2)
     ax.axis("off")
-    fig.savefig(path, bbox_inches="tight")
+    from mnframe.utils.fs import atomic_path
+
+    with atomic_path(path, fsync=False) as tmp:  # no half-written image on an interruption
+        fig.savefig(tmp, bbox_inches="tight", format=os.path.splitext(str(path))[1].lstrip(".") or "png")
     plt.close(fig)
     return path

@@ -14,8 +14,9 @@ class ExitStatus(enum.IntEnum):
     ERROR = 1  # an uncaught exception on some rank
     CONFIG = 2  # a configuration error (same message on every rank, no traceback)
     ENVIRONMENT = 3  # a dependency does not import: which, why, what to install (no traceback)
+    DIVERGED = 4  # a non-finite loss stopped training (trainer.on_nonfinite: stop); no model written
     COLLECTIVE_TIMEOUT = 124  # an operation passed its deadline (like coreutils `timeout`)
-    INTERRUPTED = 130  # KeyboardInterrupt (128 + SIGINT, the shell convention)
+    INTERRUPTED = 130  # Ctrl-C / KeyboardInterrupt (128 + SIGINT, the shell convention)
 
 
 class MnframeRuntimeError(RuntimeError):
@@ -57,3 +58,24 @@ class CheckpointError(MnframeRuntimeError):
 
 class CollectiveMismatch(MnframeRuntimeError):
     """Debug mode: ranks issued different operations (or shapes) at the same point."""
+
+
+class EveryRankError(MnframeRuntimeError):
+    """A clean end that every rank reached together, with the same message: printed once
+    (rank 0) as ``mnframe: <label>: <message>``, no traceback; the ranks exit with
+    ``exit_status`` (the guard treats it like a ConfigError)."""
+
+    label = None
+
+
+class TrainingDiverged(EveryRankError):
+    """A non-finite loss (or weights) stopped training (``trainer.on_nonfinite: stop``)."""
+
+    exit_status = ExitStatus.DIVERGED
+    label = "training diverged"
+
+
+class Interrupted(EveryRankError):
+    """Ctrl-C: the ranks checkpointed at an iteration boundary and stopped."""
+
+    exit_status = ExitStatus.INTERRUPTED

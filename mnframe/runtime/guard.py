@@ -17,7 +17,7 @@ import threading
 import time
 import traceback
 
-from mnframe.runtime.errors import ConfigError, DependencyError, ExitStatus
+from mnframe.runtime.errors import ConfigError, DependencyError, EveryRankError, ExitStatus
 
 _installed = False
 _aborting = threading.Lock()
@@ -111,9 +111,10 @@ def config_error_exit(exc):
     never gets there (it raised on this rank only) we abort instead of hanging.
     """
     status, label = int(exc.exit_status), getattr(exc, "label", "configuration error")
+    line = f"mnframe: {label}: {exc}\n" if label else f"mnframe: {exc}\n"
     mpi = _mpi()
     if mpi is None or mpi.COMM_WORLD.Get_size() == 1:
-        _write(f"mnframe: {label}: {exc}\n")
+        _write(line)
         _flush_all()
         os._exit(status)
     world = mpi.COMM_WORLD
@@ -124,7 +125,7 @@ def config_error_exit(exc):
             abort(status, f"mnframe: {label} on {where()} (the other ranks did not report it):\n{exc}")
         time.sleep(0.01)
     if world.Get_rank() == 0:
-        _write(f"mnframe: {label}: {exc}\n")
+        _write(line)
     _flush_all()
     _sentinel_explained()
     # Every rank got here: a clean finalize is possible, so no abort noise.
@@ -159,7 +160,7 @@ def _stop_watchdog():
 
 def handle_uncaught(exc_type, exc, tb, kind="uncaught exception"):
     """What the excepthooks and run_main do with an exception that ends a rank."""
-    if isinstance(exc, (ConfigError, DependencyError)):
+    if isinstance(exc, (ConfigError, DependencyError, EveryRankError)):
         config_error_exit(exc)
     status = status_for(exc)
     if isinstance(exc, KeyboardInterrupt):

@@ -1,5 +1,10 @@
 """Graceful preemption: SIGTERM/SIGUSR1 -> checkpoint at the next iteration boundary, exit 0.
 
+The first Ctrl-C (SIGINT) is the same request, remembered as an interruption (the
+runner then exits 130 after the checkpoint); a second Ctrl-C, at least
+``SECOND_INTERRUPT_S`` later (one keypress can reach a rank twice: from the
+terminal and forwarded by mpiexec), ends the process at once with 130.
+
 The signal handler only sets a flag (it may run on one rank only, e.g. a
 scheduler killing one node). ``agree(comm)`` is called once per iteration by the
 checkpoint extension: a one-integer MAX-allreduce, so every rank learns of the
@@ -14,9 +19,11 @@ to stop, and the trainer then stops after that iteration, so the script goes on
 after ``trainer.run()`` and ends with status 0.
 """
 
+import os
 import signal
 import sys
 import threading
+import time
 
 import numpy
 
@@ -24,8 +31,43 @@ from mnframe.runtime import oplog
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
-_state = {"signal": None, "agreed": False, "installed": False}
+SECOND_INTERRUPT_S = 1.0  # a later SIGINT is a second Ctrl-C: exit at once
+INTERRUPTED_STATUS = 130  # 128 + SIGINT (mnframe.runtime.errors.ExitStatus.INTERRUPTED)
+
+_state = {"signal": None, "agreed": False, "installed": False, "interrupted": False, "sigint_at": None}
 _flag = threading.Event()
+_interrupt = threading.Event()  # this rank received SIGINT
+
+
+def _world_rank():
+    mpi = sys.modules.get("mpi4py.MPI")
+    try:
+        return mpi.COMM_WORLD.Get_rank() if mpi is not None and mpi.Is_initialized() else 0
+    except Exception:
+        return 0
+
+
+def _sigint_handler(signum, frame):
+    now = time.monotonic()
+    first = _state["sigint_at"]
+    if first is not None and now - first >= SECOND_INTERRUPT_S:
+        if _world_rank() == 0:
+            sys.stderr.write("mnframe: second Ctrl-C: exiting now, without a checkpoint\n")
+        sys.stderr.flush()
+        sentinel = sys.modules.get("mnframe.runtime.sentinel")
+        if sentinel is not None:
+            sentinel.explained()
+        os._exit(INTERRUPTED_STATUS)
+    if first is None:
+        _state["sigint_at"] = now
+        _interrupt.set()
+        _flag.set()
+        if _world_rank() == 0:  # every rank gets the Ctrl-C: one of them says so
+            sys.stderr.write(
+                "mnframe: Ctrl-C: all ranks will checkpoint at the next iteration boundary and stop "
+                "(press Ctrl-C again to exit at once, without a checkpoint)\n"
+            )
+            sys.stderr.flush()
 
 
 def _handler(signum, frame):
@@ -38,12 +80,15 @@ def _handler(signum, frame):
     sys.stderr.flush()
 
 
-def install(signals=SIGNALS):
-    """Catch ``signals`` (main thread only; once). Returns False if not possible here."""
+def install(signals=SIGNALS, interrupt=False):
+    """Catch ``signals`` (main thread only; once), and SIGINT as above when ``interrupt``
+    (the checkpoint extension asks for it). Returns False if not possible here."""
+    if threading.current_thread() is not threading.main_thread():
+        return _state["installed"]
+    if interrupt and _state["sigint_at"] is None:
+        signal.signal(signal.SIGINT, _sigint_handler)
     if _state["installed"]:
         return True
-    if threading.current_thread() is not threading.main_thread():
-        return False
     for sig in signals:
         signal.signal(sig, _handler)
     _state["installed"] = True
@@ -60,27 +105,37 @@ def requested():
     return _flag.is_set()
 
 
-def agree(comm):
-    """True on every rank if any rank was asked to stop (collective: one tiny allreduce)."""
+def agree(comm, extra=()):
+    """True on every rank if any rank was asked to stop (collective: one tiny allreduce).
+
+    ``extra``: more non-negative integers to reduce with MAX in the same allreduce
+    (the checkpoint extension's non-finite-loss verdict); then ``(stop, maxima)`` is returned.
+    """
     from mpi4py import MPI
 
     mpi_comm = getattr(comm, "mpi_comm", comm)
-    if mpi_comm.Get_size() == 1:  # called every iteration: skip the collective where it decides nothing
-        if _flag.is_set():
-            _state["agreed"] = True
-        return _flag.is_set()
-    local = numpy.array([1 if _flag.is_set() else 0], dtype=numpy.int32)
-    total = numpy.zeros_like(local)
-    with oplog.op("preemption.agree", array=local):
-        mpi_comm.Allreduce(local, total, op=MPI.MAX)
+    local = numpy.array([1 if _flag.is_set() else 0, 1 if _interrupt.is_set() else 0, *extra], dtype=numpy.int64)
+    total = local.copy()
+    if mpi_comm.Get_size() > 1:  # called every iteration: skip the collective where it decides nothing
+        with oplog.op("preemption.agree", array=local):
+            mpi_comm.Allreduce(local, total, op=MPI.MAX)
     if total[0]:
         _state["agreed"] = True
+    if total[1]:
+        _state["interrupted"] = True
+    if len(extra):
+        return bool(total[0]), [int(v) for v in total[2:]]
     return bool(total[0])
 
 
 def preempted():
     """True once the ranks agreed to stop for preemption (the run then exits 0)."""
     return _state["agreed"]
+
+
+def interrupted():
+    """True once the ranks agreed to stop and some rank's request was a Ctrl-C (the runner exits 130)."""
+    return _state["agreed"] and _state["interrupted"]
 
 
 class PreemptionTrigger:

@@ -23,6 +23,8 @@ class NoCheckpoint:
     """What ``pipeline.finish`` needs of a checkpoint extension, doing nothing (debug=fast)."""
 
     preempted = False
+    interrupted = False
+    diverged = None
     resumed_from = None
 
     def save_final(self, trainer) -> None:

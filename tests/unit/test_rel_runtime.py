@@ -10,7 +10,7 @@ from mnframe.runtime.errors import CollectiveTimeout, ConfigError, ExitStatus
 
 
 def test_exit_status_table():
-    assert [int(s) for s in ExitStatus] == [0, 1, 2, 3, 124, 130]
+    assert [int(s) for s in ExitStatus] == [0, 1, 2, 3, 4, 124, 130]
     assert guard.status_for(ValueError()) == 1
     assert guard.status_for(ConfigError("x")) == 2
     assert guard.status_for(CollectiveTimeout("x")) == 124

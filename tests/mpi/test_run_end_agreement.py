@@ -1,0 +1,85 @@
+"""The checkpoint extension's early stops under MPI: a non-finite loss seen by ONE rank stops
+every rank at the same iteration, without a checkpoint of that iteration (issue 30); with
+``on_nonfinite="ignore"`` training goes on; the final checkpoint is written inside the loop."""
+
+import shutil
+import tempfile
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy as np
+import pytest
+from chainer import training
+
+MPI_SIZES = (1, 2, 3)
+MPI_TIMEOUT = 120
+NAN_AT = 3  # the iteration whose loss is NaN on the last rank
+
+
+@pytest.fixture
+def shared_dir(mpi_comm):
+    path = tempfile.mkdtemp(prefix="mnframe-end-") if mpi_comm.rank == 0 else None
+    path = mpi_comm.bcast(path, root=0)
+    yield path
+    mpi_comm.Barrier()
+    if mpi_comm.rank == 0:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class NanOnOneRank(chainer.Chain):
+    """A regression whose reported loss is NaN at iteration NAN_AT on rank ``bad`` only
+    (its weights stay finite: only the report is poisoned)."""
+
+    def __init__(self, bad, rank):
+        super().__init__()
+        self.bad, self.rank, self.calls = bad, rank, 0
+        with self.init_scope():
+            self.l = L.Linear(3, 1)
+
+    def forward(self, x, t):
+        self.calls += 1
+        loss = F.mean_squared_error(self.l(x), t)
+        reported = float("nan") if (self.rank == self.bad and self.calls == NAN_AT) else float(loss.array)
+        chainer.report({"loss": reported}, self)
+        return loss
+
+
+def _run(mpi_comm, out, on_nonfinite, stop=10, interval=1):
+    from mnframe.checkpoint import attach
+
+    np.random.seed(0)
+    model = NanOnOneRank(bad=mpi_comm.size - 1, rank=mpi_comm.rank)
+    optimizer = chainer.optimizers.SGD(lr=0.01)
+    optimizer.setup(model)
+    rng = np.random.RandomState(1)
+    data = chainer.datasets.TupleDataset(rng.randn(8, 3).astype(np.float32), rng.randn(8, 1).astype(np.float32))
+    updater = training.updaters.StandardUpdater(chainer.iterators.SerialIterator(data, 4), optimizer)
+    trainer = training.Trainer(updater, (stop, "iteration"), out=out)
+    ext = attach(trainer, {"interval": interval, "keep": 100}, out, mpi_comm, on_nonfinite=on_nonfinite)
+    trainer.run()
+    ext.save_final(trainer)
+    return trainer, ext
+
+
+def test_nonfinite_on_one_rank_stops_every_rank_at_the_same_iteration(mpi_comm, shared_dir):
+    trainer, ext = _run(mpi_comm, shared_dir, "stop")
+    iterations = mpi_comm.allgather(trainer.updater.iteration)
+    assert iterations == [NAN_AT] * mpi_comm.size
+    assert ext.diverged and f"is nan at iteration {NAN_AT} (rank {mpi_comm.size - 1})" in ext.diverged
+    assert "lower learning rate" in ext.diverged and "gradient clipping" in ext.diverged
+    assert "float32" in ext.diverged and f"iter_{NAN_AT - 1:08d}" in ext.diverged
+    # no checkpoint of the non-finite iteration, not even from save_final
+    assert ext.last_saved == f"iter_{NAN_AT - 1:08d}"
+    assert ext.store.committed()[0] == f"iter_{NAN_AT - 1:08d}"
+
+
+def test_nonfinite_ignored_trains_on_and_writes_the_final_checkpoint_in_the_loop(mpi_comm, shared_dir):
+    trainer, ext = _run(mpi_comm, shared_dir, "ignore", stop=5, interval=1000)
+    assert mpi_comm.allgather(trainer.updater.iteration) == [5] * mpi_comm.size
+    assert ext.diverged is None and ext.last_saved == "iter_00000005"
+    # written inside the loop, with reason "final" (save_final found it already there)
+    from mnframe.checkpoint.manifest import Manifest
+
+    assert ext.store.committed()[0] == "iter_00000005"
+    assert Manifest.read(ext.store.path("iter_00000005")).reason == "final"

@@ -1,0 +1,88 @@
+"""The pieces of issue 30 that need no MPI job: which values count as a non-finite loss, the
+Ctrl-C handler's first/second press, and plots published atomically."""
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import chainer
+import numpy
+import pytest
+
+from mnframe.checkpoint import divergence
+
+
+def test_code_of_finds_the_first_non_finite_loss_only():
+    assert divergence.code_of({"main/loss": 1.0, "main/accuracy": math.nan}) == (0, None)
+    assert divergence.code_of({"main/loss": chainer.Variable(numpy.array(math.nan, dtype=numpy.float32))}) == (
+        1,
+        "main/loss",
+    )
+    assert divergence.code_of({"gen/loss": 2.0, "dis/loss": math.inf}) == (2, "dis/loss")
+    assert divergence.code_of({"validation/main/0/loss": -math.inf}) == (3, "validation/main/0/loss")
+    assert divergence.code_of({"main/loss": numpy.zeros(3)}) == (0, None)  # not a scalar: not judged
+
+
+def test_first_ctrl_c_requests_a_checkpoint_and_a_second_exits_130_at_once():
+    """In a child process: the second press (later than SECOND_INTERRUPT_S) ends it with 130;
+    a press within that time (one keypress reaching a rank twice) does not."""
+    code = textwrap.dedent(
+        """
+        import os, signal, time
+        from mnframe.runtime import preemption
+        preemption.install(interrupt=True)
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # the same keypress, forwarded: ignored
+        assert preemption.requested() and preemption._interrupt.is_set()
+        print("first", flush=True)
+        time.sleep(preemption.SECOND_INTERRUPT_S + 0.1)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+        print("not reached", flush=True)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stdout == "first\n" and "Traceback" not in proc.stderr
+    assert proc.stderr.count("Ctrl-C: all ranks will checkpoint") == 1
+    assert "second Ctrl-C: exiting now" in proc.stderr
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # this process untouched
+
+
+def test_plot_is_published_whole_or_not_at_all(tmp_path, monkeypatch):
+    from chainer.training.extensions import PlotReport
+
+    from mnframe.extensions.plot_report import AtomicPlotReport
+
+    if not PlotReport.available():
+        pytest.skip("matplotlib is not installed")
+    import matplotlib.figure
+
+    class Trainer:  # what PlotReport reads
+        out = str(tmp_path)
+        is_before_training = False
+        observation = {"main/loss": 1.0}
+
+        class updater:
+            epoch, iteration = 1, 1
+
+    plot = AtomicPlotReport(["main/loss"], "iteration", trigger=(1, "iteration"), filename="loss.png")
+    plot._trigger = lambda trainer: True
+    plot(Trainer)
+    first = (tmp_path / "loss.png").read_bytes()
+    assert first.startswith(b"\x89PNG")
+
+    def interrupted(self, path, **kwargs):  # half an image, then Ctrl-C
+        with open(path, "wb") as f:
+            f.write(b"\x89PN")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        plot(Trainer)
+    assert (tmp_path / "loss.png").read_bytes() == first  # the previous image, whole
+    assert plot._file_name == "loss.png"
+    assert os.listdir(tmp_path) == ["loss.png"]  # the half-written temporary file is gone
