@@ -109,6 +109,12 @@ def run_dir_problem(run_dir: Optional[str]) -> Optional[str]:
     return None
 
 
+def agreed(exc: ConfigError) -> ConfigError:
+    """Mark ``exc`` as raised on every rank after a shared verdict (guard.agree_timeout)."""
+    exc.agreed = True
+    return exc
+
+
 def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str] = None):
     """Validate on this rank (rank 0 also checks that it can write ``run_dir``), then
     allgather (hash, error) so every rank reaches the same verdict; returns
@@ -130,13 +136,15 @@ def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str
         verdicts = world.allgather((digest, error))
     errors = [(r, e) for r, (_, e) in enumerate(verdicts) if e]
     if errors:
-        raise ConfigError(errors[0][1])  # the same message on every rank
+        raise agreed(ConfigError(errors[0][1]))  # the same message on every rank
     hashes = {h for h, _ in verdicts}
     if len(hashes) > 1:
-        raise ConfigError(
-            "the ranks hold different configurations (hashes "
-            f"{sorted(h[:12] for h in hashes)}); start every rank with the same "
-            "mnframe version and files"
+        raise agreed(
+            ConfigError(
+                "the ranks hold different configurations (hashes "
+                f"{sorted(h[:12] for h in hashes)}); start every rank with the same "
+                "mnframe version and files"
+            )
         )
     return cfg, config, digest
 
@@ -187,13 +195,13 @@ def run_job(world, yaml_text: str, run_dir: str, has_cuda: bool, record: Optiona
         raise
 
 
-def failed_everywhere(world) -> bool:
+def failed_everywhere(world, exc: ConfigError) -> bool:
     """After a job's ConfigError: did every rank fail it too (as a ConfigError must)?
     A time-limited barrier, as the guard's; False means some rank is stuck elsewhere."""
-    from mnframe.runtime.guard import CONFIG_AGREE_TIMEOUT_S
+    from mnframe.runtime.guard import agree_timeout
 
     req = world.Ibarrier()
-    deadline = time.monotonic() + CONFIG_AGREE_TIMEOUT_S
+    deadline = time.monotonic() + (agree_timeout(exc) or float("inf"))
     while not req.Test():
         if time.monotonic() > deadline:
             return False
@@ -203,7 +211,7 @@ def failed_everywhere(world) -> bool:
 
 def job_failed(world, exc: ConfigError) -> None:
     """A sweep goes on after a job that failed on every rank; otherwise the whole job ends."""
-    if not failed_everywhere(world):
+    if not failed_everywhere(world, exc):
         from mnframe.runtime import guard
 
         if guard.installed():
@@ -273,7 +281,7 @@ class Leader:
                 )
             # compose failed, or a job did (the followers then wait for the next message)
             _bcast(self.world, (FAILED, str(exc), None))
-            raise exc from None
+            raise agreed(exc) from None
         except SystemExit as exc:  # e.g. Hydra's usage error
             if not self.in_job:
                 code = exc.code if isinstance(exc.code, int) else 2
@@ -292,7 +300,7 @@ def follow(world, has_cuda: bool) -> None:
         if kind == DONE:
             return
         if kind == FAILED:
-            raise ConfigError(payload)
+            raise agreed(ConfigError(payload))
         try:
             run_job(world, payload, run_dir, has_cuda)
         except ConfigError as exc:  # on every rank: rank 0 says whether the sweep goes on

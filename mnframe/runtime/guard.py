@@ -22,8 +22,10 @@ from mnframe.runtime.errors import ConfigError, DependencyError, ExitStatus
 _installed = False
 _aborting = threading.Lock()
 # How long ranks wait for each other to agree that a ConfigError was raised
-# everywhere before falling back to Abort.
+# everywhere before falling back to Abort (one raised after a shared verdict waits
+# longer: agree_timeout).
 CONFIG_AGREE_TIMEOUT_S = 5.0
+AGREED_TIMEOUT_S = 600.0  # the collective deadline's default, when it cannot be read
 ABORT_FORWARD_S = 0.3  # pause between printing the reason and MPI_Abort (see abort)
 
 
@@ -102,13 +104,34 @@ def status_for(exc):
     return getattr(exc, "exit_status", ExitStatus.ERROR)
 
 
+def agree_timeout(exc):
+    """Seconds the ranks wait for each other to report ``exc`` (0: forever).
+
+    An error raised after the ranks shared their verdict (``exc.agreed``: every rank
+    raises it) waits as long as any collective (``MNFRAME_COLLECTIVE_TIMEOUT``): under
+    load (8 ranks on 2 cores) a rank can arrive seconds after the others, and giving up
+    would abort a job that was about to exit 2 cleanly. Any other waits
+    ``CONFIG_AGREE_TIMEOUT_S``, since it may have been raised on this rank only.
+    """
+    if not getattr(exc, "agreed", False):
+        return CONFIG_AGREE_TIMEOUT_S
+    try:
+        from mnframe.runtime import watchdog
+
+        return watchdog.get_deadline()
+    except Exception:  # a malformed setting must not hide this error
+        return AGREED_TIMEOUT_S
+
+
 def config_error_exit(exc):
     """End the job after a ConfigError: its message once (rank 0), no traceback, status 2.
     (A DependencyError ends the same way, as an "environment problem" with status 3.)
 
     A ConfigError is meant to be raised on every rank with the same message. The
-    ranks agree on that with a time-limited non-blocking barrier; if some rank
-    never gets there (it raised on this rank only) we abort instead of hanging.
+    ranks agree on that with a time-limited non-blocking barrier (``agree_timeout``);
+    if some rank never gets there (it raised on this rank only) we abort instead of
+    hanging. Any error marked ``agreed`` (raised on every rank after a shared verdict,
+    e.g. a failed checkpoint save) ends the same way with its own status and ``label``.
     """
     status, label = int(exc.exit_status), getattr(exc, "label", "configuration error")
     mpi = _mpi()
@@ -118,7 +141,8 @@ def config_error_exit(exc):
         os._exit(status)
     world = mpi.COMM_WORLD
     req = world.Ibarrier()
-    deadline = time.monotonic() + CONFIG_AGREE_TIMEOUT_S
+    timeout = agree_timeout(exc)
+    deadline = time.monotonic() + (timeout or float("inf"))
     while not req.Test():
         if time.monotonic() > deadline:
             abort(status, f"mnframe: {label} on {where()} (the other ranks did not report it):\n{exc}")
@@ -159,7 +183,7 @@ def _stop_watchdog():
 
 def handle_uncaught(exc_type, exc, tb, kind="uncaught exception"):
     """What the excepthooks and run_main do with an exception that ends a rank."""
-    if isinstance(exc, (ConfigError, DependencyError)):
+    if isinstance(exc, (ConfigError, DependencyError)) or getattr(exc, "agreed", False):
         config_error_exit(exc)
     status = status_for(exc)
     if isinstance(exc, KeyboardInterrupt):
