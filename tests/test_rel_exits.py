@@ -44,3 +44,20 @@ def test_mistake_at_8_ranks_exits_2_without_the_mpich_banner_every_time(tmp_path
         assert r.returncode == 2, f"attempt {attempt}: {r.output[-3000:]}"
         assert needle in r.output and r.output.count("configuration error") == 1, r.output[-3000:]
         assert BANNER not in r.output and "MPI_Abort" not in r.output and "Traceback" not in r.output
+
+
+# -- 11. --help names mnframe and its own commands first; no stray Hydra line before an error ---
+
+
+def test_help_names_mnframe_and_its_commands_first_and_no_stray_hydra_line(tmp_path):
+    r = mnframe_job("--help", n=1)
+    assert r.returncode == 0, r.output[-3000:]
+    head = r.stdout.split("== Configuration groups ==")[0]
+    assert head.startswith("mnframe") and "powered by Hydra" not in r.stdout
+    for word in ("doctor", "--check", "--graph", "--world-size"):
+        assert word in head, word
+    assert "recipe: cifar" in r.stdout  # Hydra's help follows
+    r = mnframe_job("optimizer.lrr=0.1", run_dir=tmp_path / "run")
+    assert r.returncode == 2
+    assert r.stderr.startswith("mnframe: configuration error:"), r.stderr[:500]
+    assert "Error executing job" not in r.output
