@@ -93,7 +93,8 @@ def _bcast(world, message):
 
 
 def run_dir_problem(run_dir: Optional[str]) -> Optional[str]:
-    """Why rank 0 cannot write ``run_dir`` (None when it can)."""
+    """Why rank 0 cannot use ``run_dir`` (None when it can): it cannot write it, or another
+    job holds it (``mnframe.runtime.run_lock``; this job holds it from now on)."""
     import tempfile
 
     from mnframe.config.compose import run_dir_error
@@ -106,7 +107,9 @@ def run_dir_problem(run_dir: Optional[str]) -> Optional[str]:
             pass
     except OSError as exc:
         return str(run_dir_error(exc, run_dir))
-    return None
+    from mnframe.runtime import run_lock
+
+    return run_lock.acquire(run_dir)  # one job per run directory, until run_job ends
 
 
 def agreed(exc: ConfigError) -> ConfigError:
@@ -170,9 +173,11 @@ def record_run(run_dir: str, yaml_text: str, record: Optional[Dict[str, str]]) -
 def record_failure(run_dir: str, message: str) -> None:
     """Rank 0, after a job failed with a configuration error: a new run directory says why
     in ``FAILED.txt``; one holding an earlier run (a refused resume) is left as it was."""
+    from mnframe.runtime import run_lock
+
     path = Path(run_dir)
-    if not path.is_dir() or (path / "config.yaml").exists():
-        return
+    if not path.is_dir() or (path / "config.yaml").exists() or not run_lock.owns(run_dir):
+        return  # a directory another job holds is left alone too
     try:
         (path / FAILED_FILE).write_text(f"configuration error: {message}\n")
     except OSError:
@@ -193,6 +198,11 @@ def run_job(world, yaml_text: str, run_dir: str, has_cuda: bool, record: Optiona
         if world.rank == 0:
             record_failure(run_dir, str(exc))
         raise
+    finally:
+        if world.rank == 0:
+            from mnframe.runtime import run_lock
+
+            run_lock.release(run_dir)
 
 
 def failed_everywhere(world, exc: ConfigError) -> bool:

@@ -61,3 +61,47 @@ def test_help_names_mnframe_and_its_commands_first_and_no_stray_hydra_line(tmp_p
     assert r.returncode == 2
     assert r.stderr.startswith("mnframe: configuration error:"), r.stderr[:500]
     assert "Error executing job" not in r.output
+
+
+# -- 5. one job per run directory ---------------------------------------------------------------
+
+
+def test_second_job_on_a_busy_run_directory_exits_2_and_a_dead_holder_blocks_nothing(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from mnframe.testing import mpiexec_path
+
+    run = tmp_path / "run"
+    cmd = [mpiexec_path(), "-n", "1", sys.executable, "-m", "mnframe", "extensions=minimal"]
+    a = subprocess.Popen(
+        [*cmd, "trainer.stop=[100000,iteration]", f"hydra.run.dir={run}"],
+        cwd=str(REPO),
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "config.yaml").exists() and a.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (run / "config.yaml").exists() and a.poll() is None, "job A did not start"
+        before = sorted(p.name for p in run.iterdir())
+        start = time.monotonic()
+        b = mnframe_job("seed=1", "extensions=minimal", "trainer.stop=[2,iteration]", run_dir=run)
+        assert b.returncode == 2, b.output[-3000:]
+        line = [x for x in b.output.splitlines() if "is in use by another mnframe job" in x]
+        assert len(line) == 1 and str(run) in line[0] and "pid " in line[0] and "started " in line[0], b.output
+        assert BANNER not in b.output and "Traceback" not in b.output
+        assert time.monotonic() - start < 90
+        assert not (run / "FAILED.txt").exists() and "seed: 0" in (run / "config.yaml").read_text()
+        assert set(before) <= {p.name for p in run.iterdir()}
+    finally:
+        os.killpg(a.pid, signal.SIGKILL)  # job A dies: the kernel releases its lock
+        a.communicate()
+    c = mnframe_job("seed=1", "extensions=minimal", "trainer.stop=[2,iteration]", "resume=never", run_dir=run)
+    assert c.returncode == 0, c.output[-3000:]
+    assert "seed: 1" in (run / "config.yaml").read_text()
