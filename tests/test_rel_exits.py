@@ -105,3 +105,55 @@ def test_second_job_on_a_busy_run_directory_exits_2_and_a_dead_holder_blocks_not
     c = mnframe_job("seed=1", "extensions=minimal", "trainer.stop=[2,iteration]", "resume=never", run_dir=run)
     assert c.returncode == 0, c.output[-3000:]
     assert "seed: 1" in (run / "config.yaml").read_text()
+
+
+# -- 7. a failed save: one line, exit 1, the previous checkpoint kept ------------------------------
+
+# The runner with a full disk on rank 1 from its second checkpoint on (ENOSPC injected where the
+# checkpoint's file is written; no file system of the machine is filled).
+FULL_DISK_RUNNER = r"""
+import errno, sys
+import mnframe.checkpoint.trainer_io as trainer_io
+
+real, calls = trainer_io.write_npz, []
+
+
+def full_disk(f, arrays, compression=True):
+    from mpi4py import MPI
+
+    calls.append(1)
+    if MPI.COMM_WORLD.rank == 1 and len(calls) >= 2:
+        f.write(b"x" * 100)
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return real(f, arrays, compression)
+
+
+trainer_io.write_npz = full_disk
+from mnframe.cli import main
+
+main(sys.argv[1:])
+"""
+
+
+def test_failed_save_is_one_line_exit_1_and_keeps_the_previous_checkpoint(tmp_path):
+    script = tmp_path / "runner.py"
+    script.write_text(FULL_DISK_RUNNER)
+    run = tmp_path / "run"
+    r = run_mpi(
+        [script, "extensions=minimal", "trainer.stop=[4,iteration]", "checkpoint.interval=2", f"hydra.run.dir={run}"],
+        n=2,
+        timeout=OUTER_TIMEOUT,
+        env={"PYTHONPATH": str(REPO)},
+        cwd=str(REPO),
+    )
+    assert not r.timed_out, r.output[-3000:]
+    assert r.returncode == 1, r.output[-3000:]
+    lines = [x for x in r.stderr.splitlines() if x.startswith("mnframe: save failed:")]
+    assert len(lines) == 1, r.stderr[-3000:]
+    path = run / "checkpoints" / ".tmp-iter_00000004" / "rank_00001.npz"
+    assert f"checkpoint iter_00000004 not written: rank 1 could not write {path} (" in lines[0]
+    assert "needed): [Errno 28] No space left on device" in lines[0]
+    assert f"the previous checkpoint {run / 'checkpoints' / 'iter_00000002'} is kept" in lines[0]
+    assert "Traceback" not in r.output and BANNER not in r.output
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter_00000002"]
+    assert not (run / "model.npz").exists()

@@ -15,9 +15,10 @@ Load one into the same link built by hand::
 
 import os
 
-from mnframe.runtime.errors import CheckpointError
+from mnframe.runtime.errors import SaveError
 from mnframe.utils.collectives import share_verdict
 from mnframe.utils.fs import atomic_path
+from mnframe.utils.npz import WriteFailed, payload_bytes, serialize, write_npz
 
 
 def export_file_names(models, model_rank=None):
@@ -32,17 +33,19 @@ def export_file_names(models, model_rank=None):
 def export_models(run_dir, models, writer, world, model_rank=None):
     """Write ``models`` ({name: link}) into ``run_dir`` on ranks where ``writer`` is true;
     collective over ``world`` (an error on any rank is raised on every rank). Returns the paths."""
-    import chainer
-
     written, error = [], None
     if writer:
         try:
             for file_name, name in export_file_names(models, model_rank).items():
                 path = os.path.join(os.fspath(run_dir), file_name)
-                with atomic_path(path) as tmp, open(tmp, "wb") as f:
-                    chainer.serializers.save_npz(f, models[name])
+                arrays = serialize(models[name])  # as chainer.serializers.save_npz writes them
+                try:
+                    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+                        write_npz(f, arrays)
+                except OSError as exc:
+                    raise WriteFailed(path, payload_bytes(arrays), exc) from exc
                 written.append(path)
         except OSError as exc:
-            error = f"cannot export the model into {run_dir}: {exc}"
-    share_verdict(world, error, "export_models", CheckpointError)
+            error = f"the trained model was not written: {exc}"
+    share_verdict(world, error, "export_models", SaveError)
     return written

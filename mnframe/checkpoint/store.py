@@ -26,9 +26,10 @@ import shutil
 import sys
 
 from mnframe.checkpoint.manifest import MANIFEST, FileEntry, Manifest, check_file, sha256_file
-from mnframe.runtime.errors import CheckpointError, ConfigError
+from mnframe.runtime.errors import CheckpointError, ConfigError, SaveError
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_write_text, fsync_dir
+from mnframe.utils.npz import WriteFailed
 
 _NAME_RE = re.compile(r"^iter_(\d{8,})$")
 TMP_PREFIX = ".tmp-"
@@ -77,21 +78,25 @@ class CheckpointStore:
                 err = f"cannot create {tmp}: {exc}"
         err = collectives.bcast_obj(self.comm, err, name="checkpoint.bcast_obj")
         if err:
-            raise CheckpointError(f"checkpoint {name} not written: {err}")
+            raise SaveError(f"checkpoint {name} not written: {err}{self._kept()}")
 
         entries, err = {}, None
         try:
             for fname in write_files(tmp):
                 path = os.path.join(tmp, fname)
                 entries[fname] = FileEntry(size=os.path.getsize(path), sha256=sha256_file(path), rank=rank)
-        except Exception as exc:  # shared below: every rank raises the same error
+        except WriteFailed as exc:  # shared below: every rank raises the same error
+            err = f"rank {rank} {exc}"
+        except OSError as exc:
+            err = f"rank {rank} could not write into {tmp}: {exc}"
+        except Exception as exc:
             err = f"rank {rank}: {type(exc).__name__}: {exc}"
         results = collectives.allgather_obj(self.comm, (entries, err), name="checkpoint.allgather_obj")
         errors = [e for _, e in results if e]
         if errors:
             if rank == 0:
                 shutil.rmtree(tmp, ignore_errors=True)
-            raise CheckpointError(f"checkpoint {name} not written: " + "; ".join(errors))
+            raise SaveError(f"checkpoint {name} not written: " + "; ".join(errors) + self._kept())
 
         err = None
         if rank == 0:
@@ -116,8 +121,16 @@ class CheckpointStore:
                 err = f"rank 0 could not commit {self.path(name)}: {type(exc).__name__}: {exc}"
         err = collectives.bcast_obj(self.comm, err, name="checkpoint.bcast_obj")
         if err:
-            raise CheckpointError(err)
+            raise SaveError(err + self._kept())
         return name
+
+    def _kept(self):
+        """'; the previous checkpoint P is kept' for a failed save's message (this rank's view)."""
+        try:
+            newest = self.committed()
+        except OSError:
+            return ""
+        return f"; the previous checkpoint {self.path(newest[0])} is kept" if newest else ""
 
     def _commit(self, tmp, final):
         old = None

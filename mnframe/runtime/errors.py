@@ -55,5 +55,17 @@ class CheckpointError(MnframeRuntimeError):
     """A checkpoint cannot be written, verified or loaded (message names file and rank)."""
 
 
+class SaveError(CheckpointError):
+    """A checkpoint or the trained model could not be written (a full disk, any OSError).
+
+    Raised on every rank after the ranks shared their verdicts (``agreed``): the guard
+    prints the message once, without a traceback, and every rank exits 1 together. The
+    message names the path, the bytes needed and the error; the previous checkpoint is kept.
+    """
+
+    agreed = True
+    label = "save failed"
+
+
 class CollectiveMismatch(MnframeRuntimeError):
     """Debug mode: ranks issued different operations (or shapes) at the same point."""

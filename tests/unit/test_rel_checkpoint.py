@@ -99,7 +99,7 @@ def test_failed_writer_commits_nothing(tmp_path):
     def broken(tmp):
         raise OSError("disk full")
 
-    with pytest.raises(CheckpointError, match="rank 0: OSError: disk full"):
+    with pytest.raises(CheckpointError, match="rank 0 could not write into .*: disk full"):
         s.save(5, broken)
     assert s.committed() == [] and not os.listdir(s.root)
 
