@@ -80,7 +80,7 @@ class CheckpointStore:
         if err:
             raise SaveError(f"checkpoint {name} not written: {err}{self._kept()}")
 
-        entries, err = {}, None
+        entries, err, disk = {}, None, True  # disk: an OSError (one line, exit 1) rather than a bug
         try:
             for fname in write_files(tmp):
                 path = os.path.join(tmp, fname)
@@ -90,19 +90,20 @@ class CheckpointStore:
         except OSError as exc:
             err = f"rank {rank} could not write into {tmp}: {exc}"
         except Exception as exc:
-            err = f"rank {rank}: {type(exc).__name__}: {exc}"
-        results = collectives.allgather_obj(self.comm, (entries, err), name="checkpoint.allgather_obj")
-        errors = [e for _, e in results if e]
+            err, disk = f"rank {rank}: {type(exc).__name__}: {exc}", False
+        results = collectives.allgather_obj(self.comm, (entries, err, disk), name="checkpoint.allgather_obj")
+        errors = [e for _, e, _ in results if e]
         if errors:
             if rank == 0:
                 shutil.rmtree(tmp, ignore_errors=True)
-            raise SaveError(f"checkpoint {name} not written: " + "; ".join(errors) + self._kept())
+            error_type = SaveError if all(d for _, e, d in results if e) else CheckpointError
+            raise error_type(f"checkpoint {name} not written: " + "; ".join(errors) + self._kept())
 
         err = None
         if rank == 0:
             try:
                 files = {}
-                for part, _ in results:
+                for part, _, _ in results:
                     files.update(part)
                 manifest = Manifest(
                     iteration=int(iteration),
@@ -119,9 +120,10 @@ class CheckpointStore:
                     self._collect_garbage(keep, newest=name)
             except Exception as exc:
                 err = f"rank 0 could not commit {self.path(name)}: {type(exc).__name__}: {exc}"
-        err = collectives.bcast_obj(self.comm, err, name="checkpoint.bcast_obj")
+                disk = isinstance(exc, OSError)
+        err, disk = collectives.bcast_obj(self.comm, (err, disk), name="checkpoint.bcast_obj")
         if err:
-            raise SaveError(err + self._kept())
+            raise (SaveError if disk else CheckpointError)(err + self._kept())
         return name
 
     def _kept(self):
