@@ -188,10 +188,12 @@ def run_job(world, yaml_text: str, run_dir: str, has_cuda: bool, record: Optiona
     """One job on every rank: agree on the config, then the pipeline; rank 0 records
     the configuration once the job is accepted, or why it failed."""
     from mnframe import pipeline
+    from mnframe.runtime import oom
 
     setup_logging(world.rank, world.size)  # again: Hydra reconfigures logging on rank 0
     try:
         cfg, config, digest = agree_on_config(world, yaml_text, has_cuda, run_dir if world.rank == 0 else None)
+        oom.set_config(config)  # an out-of-memory line names this job's keys
         on_start = (lambda: record_run(run_dir, yaml_text, record)) if world.rank == 0 else None
         return pipeline.run(cfg, run_dir, config=config, config_hash=digest, on_start=on_start)
     except ConfigError as exc:

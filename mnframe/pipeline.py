@@ -22,6 +22,7 @@ from mnframe.builder.communicator import build_communicators
 from mnframe.builder.data import build_data
 from mnframe.builder.device import select_device
 from mnframe.builder.extensions import ExtensionContext, add_extensions
+from mnframe.builder.memory import describe as describe_memory
 from mnframe.builder.model import build_models, rank_plan, user_models
 from mnframe.builder.optimizer import build_optimizer, schedule_extension
 from mnframe.builder.updater import build_updater
@@ -68,6 +69,7 @@ def build_trainer(
     for model in models.values():
         model.to_device(device)
     optimizers = {name: build_optimizer(cfg.optimizer, model, comms.data) for name, model in models.items()}
+    log.info("%s", describe_memory(models))
     updater = build_updater(cfg.updater, data.train_iter, optimizers, device)
     trainer = training.Trainer(updater, tuple(cfg.trainer.stop), out=cfg.trainer.out or run_dir)
 
@@ -132,6 +134,6 @@ def run(
     job = build_trainer(cfg, run_dir, config, config_hash)
     if on_start is not None:
         on_start()
-    job.trainer.run()
+    job.trainer.run(show_loop_exception_msg=False)  # the guard reports a failure (a traceback, or one line)
     finish(cfg, job, run_dir)
     return job.trainer

@@ -157,3 +157,75 @@ def test_failed_save_is_one_line_exit_1_and_keeps_the_previous_checkpoint(tmp_pa
     assert "Traceback" not in r.output and BANNER not in r.output
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter_00000002"]
     assert not (run / "model.npz").exists()
+
+
+# -- 8. a damaged checkpoint is moved aside, never overwritten, not counted in keep --------------
+
+
+def test_damaged_checkpoint_is_moved_aside_and_never_overwritten(tmp_path):
+    run = tmp_path / "run"
+    common = ["extensions=minimal", "checkpoint.interval=2", "checkpoint.keep=2"]
+    r = mnframe_job(*common, "trainer.stop=[4,iteration]", run_dir=run)
+    assert r.returncode == 0, r.output[-3000:]
+    ckpts = run / "checkpoints"
+    victim = ckpts / "iter_00000004" / "rank_00000.npz"
+    half = victim.read_bytes()[: victim.stat().st_size // 2]
+    victim.write_bytes(half)  # cut in half
+    r = mnframe_job(*common, "trainer.stop=[6,iteration]", run_dir=run)
+    assert r.returncode == 0, r.output[-3000:]
+    moved = ckpts / "iter_00000004.damaged"
+    assert f"{ckpts / 'iter_00000004'} is damaged (" in r.stderr and f"moved aside to {moved}" in r.stderr
+    assert "falling back to the previous good checkpoint iter_00000002" in r.stderr
+    # iteration 4 was reached again and written beside it; keep=2 counts iter_4 and iter_6 only
+    assert sorted(p.name for p in ckpts.iterdir()) == ["iter_00000004", "iter_00000004.damaged", "iter_00000006"]
+    assert (moved / "rank_00000.npz").read_bytes() == half
+    assert "foreign entry" not in r.stderr
+
+
+# -- 6. out of memory: one line on every rank, exit 1; SIGKILL by the kernel's OOM killer named ---
+
+
+def test_out_of_memory_is_one_line_on_every_rank_naming_what_and_the_keys(tmp_path):
+    # NumPy refuses the 373 GiB allocation at once: no memory of the machine is used
+    r = mnframe_job("model.n_units=100000000000", "extensions=minimal", run_dir=tmp_path / "run")
+    assert r.returncode == 1, r.output[-3000:]
+    lines = [x for x in r.stderr.splitlines() if x.startswith("mnframe: out of memory on rank")]
+    assert sorted(x.split(" on host")[0] for x in lines) == [
+        "mnframe: out of memory on rank 0/2",
+        "mnframe: out of memory on rank 1/2",
+    ], r.stderr[-3000:]
+    for line in lines:
+        assert "allocating the model's parameters: 372.5 GiB (shape (100000000000,), float32)" in line
+        assert "lower model.n_units=100000000000" in line
+    assert "Traceback" not in r.output and BANNER not in r.output
+
+
+OOM_KILLED_SCRIPT = r"""
+import os, signal, sys, time
+import mnframe.runtime.sentinel as sentinel
+
+sentinel.OOM_COUNTER = sys.argv[1]  # a stand-in for /proc/vmstat
+import numpy as np
+import mnframe
+
+comm = mnframe.create_communicator("naive")
+comm.allreduce(np.ones(3, np.float32))
+if comm.rank == 1:
+    with open(sys.argv[1], "w") as f:
+        f.write("oom_kill 8\n")  # the kernel counts one more out-of-memory kill ...
+    os.kill(os.getpid(), signal.SIGKILL)  # ... as it kills this rank
+time.sleep(60)
+"""
+
+
+def test_rank_killed_by_the_oom_killer_is_named(tmp_path):
+    counter = tmp_path / "vmstat"
+    counter.write_text("nr_free_pages 1\noom_kill 7\n")
+    script = tmp_path / "oom_killed.py"
+    script.write_text(OOM_KILLED_SCRIPT)
+    r = run_mpi([script, counter], n=2, timeout=OUTER_TIMEOUT, env={"PYTHONPATH": str(REPO)}, cwd=str(tmp_path))
+    assert not r.timed_out, r.output[-3000:]
+    assert r.returncode == 9, r.output[-3000:]
+    assert r.stderr.count("mnframe: rank 1 (pid ") == 1, r.output[-3000:]
+    # "was killed by signal 9 (SIGKILL)" when its status is read before mpiexec reaps it
+    assert "; the kernel's out-of-memory killer ran meanwhile (oom_kill in /proc/vmstat rose by 1)" in r.stderr

@@ -279,11 +279,17 @@ def test_gc_keeps_the_checkpoint_just_written_and_reports_bad_ones(tmp_path):
     assert result.returncode == 0, result.output[-3000:]
     assert end - start < 60
     assert _done(tmp_path, 0)["resumed_from"] == "iter_00000020"
-    assert sorted(p.name for p in ckpts.iterdir()) == ["iter_00000021", "iter_00000030", "iter_99999999", "notes"]
+    # resume moved the damaged ones aside (issue 30): kept, never overwritten, not counted
+    assert sorted(p.name for p in ckpts.iterdir()) == [
+        "iter_00000021",
+        "iter_00000030.damaged",
+        "iter_99999999.damaged",
+        "notes",
+    ]
     err = result.stderr
-    assert err.count("iter_00000030 not collected and not counted against keep=1") == 1
+    assert err.count(f"moved aside to {ckpts / 'iter_00000030.damaged'}") == 1
     assert "resume found it damaged" in err and "wrong SHA-256" in err
-    assert err.count("iter_99999999 not collected") == 1 and "no manifest.json" in err
+    assert err.count(f"moved aside to {ckpts / 'iter_99999999.damaged'}") == 1 and "no manifest.json" in err
     assert "notes is not a checkpoint (foreign entry)" in err
     # the next run resumes from the checkpoint GC kept
     result, _ = _train(tmp_path, ITERS=22, INTERVAL=1, KEEP=1)

@@ -32,6 +32,8 @@ from mnframe.utils.fs import atomic_write_text, fsync_dir
 from mnframe.utils.npz import WriteFailed
 
 _NAME_RE = re.compile(r"^iter_(\d{8,})$")
+DAMAGED_SUFFIX = ".damaged"  # iter_N.damaged (.2, .3 ...): moved aside, never deleted, not a checkpoint
+_DAMAGED_RE = re.compile(r"^iter_\d{8,}\.damaged(\.\d+)?$")
 TMP_PREFIX = ".tmp-"
 OLD_PREFIX = ".old-"
 _reported = set()  # (root, name) of directories garbage collection already reported
@@ -135,7 +137,10 @@ class CheckpointStore:
         return f"; the previous checkpoint {self.path(newest[0])} is kept" if newest else ""
 
     def _commit(self, tmp, final):
-        old = None
+        old, name = None, os.path.basename(final)
+        problem = os.path.exists(final) and (self.unusable.get(name) or self._quick_problem(name))
+        if problem:  # a damaged checkpoint is never overwritten
+            self._move_aside(name, problem)
         if os.path.exists(final):  # re-saving the same iteration (e.g. preemption right after an interval save)
             old = os.path.join(self.root, OLD_PREFIX + os.path.basename(final))
             shutil.rmtree(old, ignore_errors=True)
@@ -144,6 +149,22 @@ class CheckpointStore:
         fsync_dir(self.root)
         if old:
             shutil.rmtree(old, ignore_errors=True)
+
+    def _move_aside(self, name, why):
+        """Rank 0: rename the damaged checkpoint ``name`` to ``iter_N.damaged`` (``.damaged.2`` ...
+        when taken) and say where it went; it is never deleted and not counted in ``keep``."""
+        target, n = self.path(name + DAMAGED_SUFFIX), 2
+        while os.path.exists(target):
+            target, n = self.path(f"{name}{DAMAGED_SUFFIX}.{n}"), n + 1
+        try:
+            os.rename(self.path(name), target)
+        except OSError as exc:
+            _say(f"{self.path(name)} is damaged ({why}) and could not be moved aside ({exc}); it is kept")
+            return None
+        fsync_dir(self.root)
+        self.unusable.pop(name, None)
+        _say(f"{self.path(name)} is damaged ({why}); moved aside to {target} (kept, not counted against keep)")
+        return target
 
     def _collect_garbage(self, keep, newest):
         """Keep ``newest`` (just written and verified) plus the next ``keep - 1`` usable checkpoints.
@@ -167,7 +188,7 @@ class CheckpointStore:
         for entry in os.listdir(self.root):
             if entry.startswith((TMP_PREFIX, OLD_PREFIX)):
                 shutil.rmtree(self.path(entry), ignore_errors=True)
-            elif not _NAME_RE.match(entry):
+            elif not _NAME_RE.match(entry) and not _DAMAGED_RE.match(entry):
                 self._report_once(entry, "is not a checkpoint (foreign entry); left alone")
 
     def _quick_problem(self, name):
@@ -253,6 +274,7 @@ class CheckpointStore:
                 continue
             if skipped and self.comm.rank == 0:
                 _say("\n  ".join(skipped + [f"falling back to the previous good checkpoint {name}"]))
+                self._move_damaged_aside()
             return name, manifest
         detail = ("\n  " + "\n  ".join(skipped)) if skipped else ""
         if resume == "must":
@@ -263,7 +285,14 @@ class CheckpointStore:
             )
         if skipped and self.comm.rank == 0:
             _say(f"no usable checkpoint, starting from scratch:{detail}")
+            self._move_damaged_aside()
         return None
+
+    def _move_damaged_aside(self):
+        """Rank 0, after resume skipped damaged checkpoints: move each aside, so that the run
+        reaching that iteration again writes a new one beside it instead of over it."""
+        for name, why in list(self.unusable.items()):
+            self._move_aside(name, why)
 
     def _select_exact(self, load, listing, verify):
         found = dict(listing)

@@ -181,10 +181,44 @@ def _stop_watchdog():
         wd.stop()
 
 
+def out_of_memory_exit(exc, tb):
+    """A MemoryError: one line on this rank (what was being allocated, its size, the keys
+    that shrink it: mnframe.runtime.oom), no traceback, status 1. The ranks that ran out
+    (usually all: the same model on every rank) leave together; if some rank did not
+    reach this within CONFIG_AGREE_TIMEOUT_S (it waits in a collective), the job is aborted."""
+    try:
+        from mnframe.runtime import oom
+
+        line = oom.describe(exc, tb, where())
+    except Exception:  # the line must not fail
+        line = f"mnframe: out of memory on {where()}: {exc}"
+    _write(line + "\n")
+    _flush_all()
+    _sentinel_explained()
+    status = int(ExitStatus.ERROR)
+    mpi = _mpi()
+    if mpi is None or mpi.COMM_WORLD.Get_size() == 1:
+        os._exit(status)
+    req = mpi.COMM_WORLD.Ibarrier()
+    deadline = time.monotonic() + CONFIG_AGREE_TIMEOUT_S
+    while not req.Test():
+        if time.monotonic() > deadline:
+            abort(status)  # the line is out; the other ranks are stuck elsewhere
+        time.sleep(0.01)
+    _stop_watchdog()
+    try:
+        mpi.Finalize()
+    except Exception:
+        pass
+    os._exit(status)
+
+
 def handle_uncaught(exc_type, exc, tb, kind="uncaught exception"):
     """What the excepthooks and run_main do with an exception that ends a rank."""
     if isinstance(exc, (ConfigError, DependencyError)) or getattr(exc, "agreed", False):
         config_error_exit(exc)
+    if isinstance(exc, MemoryError):
+        out_of_memory_exit(exc, tb)
     status = status_for(exc)
     if isinstance(exc, KeyboardInterrupt):
         kind = "KeyboardInterrupt"
