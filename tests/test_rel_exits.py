@@ -5,12 +5,14 @@ Every job runs under ``run_mpi`` with an outer timeout; each test asserts the ex
 status and the one line the user gets (no traceback, no MPICH banner).
 """
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-import pytest
-
-from mnframe.testing import run_mpi
+from mnframe.testing import mpiexec_path, run_mpi
 
 REPO = Path(__file__).resolve().parent.parent
 OUTER_TIMEOUT = 180
@@ -67,13 +69,6 @@ def test_help_names_mnframe_and_its_commands_first_and_no_stray_hydra_line(tmp_p
 
 
 def test_second_job_on_a_busy_run_directory_exits_2_and_a_dead_holder_blocks_nothing(tmp_path):
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    from mnframe.testing import mpiexec_path
-
     run = tmp_path / "run"
     cmd = [mpiexec_path(), "-n", "1", sys.executable, "-m", "mnframe", "extensions=minimal"]
     a = subprocess.Popen(
