@@ -162,6 +162,7 @@ def test_damaged_checkpoint_is_moved_aside_and_never_overwritten(tmp_path):
     common = ["extensions=minimal", "checkpoint.interval=2", "checkpoint.keep=2"]
     r = mnframe_job(*common, "trainer.stop=[4,iteration]", run_dir=run)
     assert r.returncode == 0, r.output[-3000:]
+    assert r.stderr.count("memory per rank: parameters ") == 2 and "optimizer state " in r.stderr  # item 6
     ckpts = run / "checkpoints"
     victim = ckpts / "iter_00000004" / "rank_00000.npz"
     half = victim.read_bytes()[: victim.stat().st_size // 2]
