@@ -13,7 +13,8 @@ runs under ``mnframe.runtime.guard.run_main`` (exit 2 on a config error on
 every rank, 1 on any other failure, the whole job aborted). In a sweep
 (``-m``) a job that fails with a config error on every rank is reported and
 the next job runs; the exit status at the end is 2 (see ``Leader``). Rank 0
-writes the run's ``config.yaml`` and ``.hydra/`` once the job is accepted,
+holds the run directory's lock for the job's life (``mnframe.runtime.run_lock``:
+a second job there exits 2) and writes the run's ``config.yaml`` and ``.hydra/`` once the job is accepted,
 or ``FAILED.txt`` in a new run directory when it is not;
 before that, a dependency that does not import ends it with status 3
 (``check_environment``).
