@@ -15,7 +15,8 @@ runs under ``mnframe.runtime.guard.run_main`` (exit 2 on a config error on
 every rank, 1 on any other failure, the whole job aborted). In a sweep
 (``-m``) a job that fails with a config error on every rank is reported and
 the next job runs; the exit status at the end is 2 (see ``Leader``). Rank 0
-writes the run's ``config.yaml`` and ``.hydra/`` once the job is accepted,
+holds the run directory's lock for the job's life (``mnframe.runtime.run_lock``:
+a second job there exits 2) and writes the run's ``config.yaml`` and ``.hydra/`` once the job is accepted,
 or ``FAILED.txt`` in a new run directory when it is not;
 before that, a dependency that does not import ends it with status 3
 (``check_environment``).
@@ -95,7 +96,8 @@ def _bcast(world, message):
 
 
 def run_dir_problem(run_dir: Optional[str]) -> Optional[str]:
-    """Why rank 0 cannot write ``run_dir`` (None when it can)."""
+    """Why rank 0 cannot use ``run_dir`` (None when it can): it cannot write it, or another
+    job holds it (``mnframe.runtime.run_lock``; this job holds it from now on)."""
     import tempfile
 
     from mnframe.config.compose import run_dir_error
@@ -108,7 +110,15 @@ def run_dir_problem(run_dir: Optional[str]) -> Optional[str]:
             pass
     except OSError as exc:
         return str(run_dir_error(exc, run_dir))
-    return None
+    from mnframe.runtime import run_lock
+
+    return run_lock.acquire(run_dir)  # one job per run directory, until run_job ends
+
+
+def agreed(exc: ConfigError) -> ConfigError:
+    """Mark ``exc`` as raised on every rank after a shared verdict (guard.agree_timeout)."""
+    exc.agreed = True
+    return exc
 
 
 def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str] = None):
@@ -132,13 +142,15 @@ def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str
         verdicts = world.allgather((digest, error))
     errors = [(r, e) for r, (_, e) in enumerate(verdicts) if e]
     if errors:
-        raise ConfigError(errors[0][1])  # the same message on every rank
+        raise agreed(ConfigError(errors[0][1]))  # the same message on every rank
     hashes = {h for h, _ in verdicts}
     if len(hashes) > 1:
-        raise ConfigError(
-            "the ranks hold different configurations (hashes "
-            f"{sorted(h[:12] for h in hashes)}); start every rank with the same "
-            "mnframe version and files"
+        raise agreed(
+            ConfigError(
+                "the ranks hold different configurations (hashes "
+                f"{sorted(h[:12] for h in hashes)}); start every rank with the same "
+                "mnframe version and files"
+            )
         )
     return cfg, config, digest
 
@@ -166,11 +178,12 @@ def record_run(run_dir: str, yaml_text: str, record: Optional[Dict[str, str]]) -
 def record_failure(run_dir: str, message: str) -> None:
     """Rank 0, after a job failed with a configuration error: a new run directory says why
     in ``FAILED.txt``; one holding an earlier run (a refused resume) is left as it was."""
+    from mnframe.runtime import run_lock
     from mnframe.utils.fs import atomic_write_text
 
     path = Path(run_dir)
-    if not path.is_dir() or (path / "config.yaml").exists():
-        return
+    if not path.is_dir() or (path / "config.yaml").exists() or not run_lock.owns(run_dir):
+        return  # a directory another job holds is left alone too
     try:
         atomic_write_text(path / FAILED_FILE, f"configuration error: {message}\n")
     except OSError:
@@ -181,11 +194,13 @@ def run_job(world, yaml_text: str, run_dir: str, has_cuda: bool, record: Optiona
     """One job on every rank: agree on the config, then the pipeline; rank 0 records
     the configuration once the job is accepted, or why it failed."""
     from mnframe import pipeline
+    from mnframe.runtime import oom
     from mnframe.tune import objective
 
     setup_logging(world.rank, world.size)  # again: Hydra reconfigures logging on rank 0
     try:
         cfg, config, digest = agree_on_config(world, yaml_text, has_cuda, run_dir if world.rank == 0 else None)
+        oom.set_config(config)  # an out-of-memory line names this job's keys
         on_start = (lambda: record_run(run_dir, yaml_text, record)) if world.rank == 0 else None
         trainer = pipeline.run(cfg, run_dir, config=config, config_hash=digest, on_start=on_start)
         return objective(cfg, trainer, world)  # a search's trial value (tune.metric), else None
@@ -193,15 +208,20 @@ def run_job(world, yaml_text: str, run_dir: str, has_cuda: bool, record: Optiona
         if world.rank == 0:
             record_failure(run_dir, str(exc))
         raise
+    finally:
+        if world.rank == 0:
+            from mnframe.runtime import run_lock
+
+            run_lock.release(run_dir)
 
 
-def failed_everywhere(world) -> bool:
+def failed_everywhere(world, exc: ConfigError) -> bool:
     """After a job's ConfigError: did every rank fail it too (as a ConfigError must)?
     A time-limited barrier, as the guard's; False means some rank is stuck elsewhere."""
-    from mnframe.runtime.guard import CONFIG_AGREE_TIMEOUT_S
+    from mnframe.runtime.guard import agree_timeout
 
     req = world.Ibarrier()
-    deadline = time.monotonic() + CONFIG_AGREE_TIMEOUT_S
+    deadline = time.monotonic() + (agree_timeout(exc) or float("inf"))
     while not req.Test():
         if time.monotonic() > deadline:
             return False
@@ -211,7 +231,7 @@ def failed_everywhere(world) -> bool:
 
 def job_failed(world, exc: ConfigError) -> None:
     """A sweep goes on after a job that failed on every rank; otherwise the whole job ends."""
-    if not failed_everywhere(world):
+    if not failed_everywhere(world, exc):
         from mnframe.runtime import guard
 
         if guard.installed():
@@ -283,7 +303,7 @@ class Leader:
                 )
             # compose failed, or a job did (the followers then wait for the next message)
             _bcast(self.world, (FAILED, str(exc), None))
-            raise exc from None
+            raise agreed(exc) from None
         except SystemExit as exc:  # e.g. Hydra's usage error
             if not self.in_job:
                 code = exc.code if isinstance(exc.code, int) else 2
@@ -302,7 +322,7 @@ def follow(world, has_cuda: bool) -> None:
         if kind == DONE:
             return
         if kind == FAILED:
-            raise ConfigError(payload)
+            raise agreed(ConfigError(payload))
         try:
             run_job(world, payload, run_dir, has_cuda)
         except ConfigError as exc:  # on every rank: rank 0 says whether the sweep goes on

@@ -24,6 +24,7 @@ from mnframe.builder.communicator import build_communicators
 from mnframe.builder.data import build_data, per_rank_batch_size
 from mnframe.builder.device import select_device
 from mnframe.builder.extensions import ExtensionContext, add_extensions
+from mnframe.builder.memory import describe as describe_memory
 from mnframe.builder.model import build_models, rank_plan, user_models
 from mnframe.builder.optimizer import build_optimizer, schedule_extension
 from mnframe.builder.updater import build_updater
@@ -75,6 +76,7 @@ def build_trainer(
     for model in models.values():
         model.to_device(device)
     optimizers = {name: build_optimizer(cfg.optimizer, model, comms.data) for name, model in models.items()}
+    log.info("%s", describe_memory(models))
     micro_batch = per_rank_batch_size(cfg.dataset, comms.data.size) * comms.data.size  # one micro-batch, all ranks
     timer = PhaseTimer() if cfg.debug.profile else None
     updater = build_updater(cfg.updater, data.train_iter, optimizers, device, micro_batch=micro_batch, timer=timer)
@@ -171,6 +173,6 @@ def run(
     if on_start is not None:
         on_start()
     started = time.monotonic()
-    job.trainer.run()
+    job.trainer.run(show_loop_exception_msg=False)  # the guard reports a failure (a traceback, or one line)
     finish(cfg, job, run_dir, time.monotonic() - started)
     return job.trainer

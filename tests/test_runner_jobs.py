@@ -75,7 +75,7 @@ def test_sweep_reports_the_failed_job_and_trains_the_next(tmp_path):
     assert out.count("dataset.batch_size: Input should be greater than 0 (got -1)") == 1
     assert "1 of 2 sweep jobs failed: #0" in out
     failed, ok = tmp_path / "sweep" / "0", tmp_path / "sweep" / "1"
-    assert sorted(p.name for p in failed.iterdir()) == ["FAILED.txt"]  # not a bare .hydra/
+    assert sorted(p.name for p in failed.iterdir()) == [".mnframe.lock", "FAILED.txt"]  # not a bare .hydra/
     assert "dataset.batch_size" in (failed / "FAILED.txt").read_text()
     trained(ok, 8)
     assert (ok / "config.yaml").exists() and (ok / ".hydra" / "overrides.yaml").exists()
@@ -202,5 +202,5 @@ def test_bad_input_gets_one_clean_message(tmp_path, case):
     clean_config_error(result, *needles)
     run_dir = tmp_path / "run"
     if run_dir.exists():  # a job that failed before training says why
-        assert sorted(p.name for p in run_dir.iterdir()) == ["FAILED.txt"]
+        assert sorted(p.name for p in run_dir.iterdir()) == [".mnframe.lock", "FAILED.txt"]  # the (free) lock
         assert needles[0] in (run_dir / "FAILED.txt").read_text()

@@ -14,9 +14,10 @@ run's config), or into the same link built by hand with ``load_params(path, mode
 
 import os
 
-from mnframe.runtime.errors import CheckpointError
+from mnframe.runtime.errors import SaveError
 from mnframe.utils.collectives import share_verdict
 from mnframe.utils.fs import atomic_path
+from mnframe.utils.npz import WriteFailed, payload_bytes, serialize, write_npz
 
 
 def export_file_names(models, model_rank=None):
@@ -30,23 +31,36 @@ def export_file_names(models, model_rank=None):
 
 def export_models(run_dir, models, writer, world, model_rank=None):
     """Write ``models`` ({name: link}) into ``run_dir`` on ranks where ``writer`` is true;
-    collective over ``world`` (an error on any rank is raised on every rank). Returns the paths."""
+    collective over ``world`` (an error on any rank is raised on every rank, a failed write as
+    one ``SaveError`` line naming the path and the bytes needed). Returns the paths."""
     from mnframe.checkpoint.model_files import save_safetensors
-    from mnframe.utils.npz import save_npz
 
     written, error = [], None
     if writer:
         try:
             for file_name, name in export_file_names(models, model_rank).items():
                 path = os.path.join(os.fspath(run_dir), file_name)
-                with atomic_path(path) as tmp, open(tmp, "wb") as f:
-                    save_npz(f, models[name])
+                arrays = serialize(models[name])  # as chainer.serializers.save_npz writes them
+                _write(path, arrays, lambda tmp, arrays=arrays: _write_npz_file(tmp, arrays))
                 written.append(path)
                 path = path[: -len(".npz")] + ".safetensors"
-                with atomic_path(path) as tmp:
-                    save_safetensors(tmp, models[name])
+                _write(path, arrays, lambda tmp, link=models[name]: save_safetensors(tmp, link))
                 written.append(path)
         except (OSError, ValueError) as exc:
-            error = f"cannot export the model into {run_dir}: {exc}"
-    share_verdict(world, error, "export_models", CheckpointError)
+            error = f"the trained model was not written: {exc}"
+    share_verdict(world, error, "export_models", SaveError)
     return written
+
+
+def _write_npz_file(tmp, arrays):
+    with open(tmp, "wb") as f:
+        write_npz(f, arrays)
+
+
+def _write(path, arrays, write):
+    """``write(tmp)`` then rename onto ``path``; an OSError becomes ``WriteFailed`` (path, bytes needed)."""
+    try:
+        with atomic_path(path) as tmp:
+            write(tmp)
+    except OSError as exc:
+        raise WriteFailed(path, payload_bytes(arrays), exc) from exc

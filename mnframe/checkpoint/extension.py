@@ -23,6 +23,7 @@ from mnframe.checkpoint.rng import RngState
 from mnframe.checkpoint.store import checkpoint_name
 from mnframe.checkpoint.trainer_io import RNG_KEY, save_trainer
 from mnframe.runtime import guard, preemption
+from mnframe.runtime.errors import SaveError
 
 
 class _StopTrigger:
@@ -151,14 +152,19 @@ class CheckpointExtension(extension.Extension):
         """Write a checkpoint of ``trainer`` now (collective)."""
         self.bind(trainer)
         rank = self.comm.rank
-        self.last_saved = self.store.save(
-            trainer.updater.iteration,
-            lambda tmp: save_trainer(tmp, trainer, rank),
-            config_hash=self.config_hash,
-            config=self.config,
-            reason=reason,
-            keep=self.keep,
-        )
+        try:
+            self.last_saved = self.store.save(
+                trainer.updater.iteration,
+                lambda tmp: save_trainer(tmp, trainer, rank),
+                config_hash=self.config_hash,
+                config=self.config,
+                reason=reason,
+                keep=self.keep,
+            )
+        except SaveError as exc:  # every rank has it: one line and exit 1, before Chainer prints a traceback
+            if self.abort_on_error and guard.installed():
+                guard.handle_uncaught(type(exc), exc, exc.__traceback__)
+            raise
         return self.last_saved
 
     def save_final(self, trainer):

@@ -27,11 +27,14 @@ import sys
 
 from mnframe.checkpoint import signing
 from mnframe.checkpoint.manifest import MANIFEST, FileEntry, Manifest, check_file, outside_problem, sha256_file
-from mnframe.runtime.errors import CheckpointError, ConfigError
+from mnframe.runtime.errors import CheckpointError, ConfigError, SaveError
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_write_text, fsync_dir
+from mnframe.utils.npz import WriteFailed
 
 _NAME_RE = re.compile(r"^iter_(\d{8,})$")
+DAMAGED_SUFFIX = ".damaged"  # iter_N.damaged (.2, .3 ...): moved aside, never deleted, not a checkpoint
+_DAMAGED_RE = re.compile(r"^iter_\d{8,}\.damaged(\.\d+)?$")
 TMP_PREFIX = ".tmp-"
 OLD_PREFIX = ".old-"
 _reported = set()  # (root, name) of directories garbage collection already reported
@@ -79,27 +82,32 @@ class CheckpointStore:
                 err = f"cannot create {tmp}: {exc}"
         err = collectives.bcast_obj(self.comm, err, name="checkpoint.bcast_obj")
         if err:
-            raise CheckpointError(f"checkpoint {name} not written: {err}")
+            raise SaveError(f"checkpoint {name} not written: {err}{self._kept()}")
 
-        entries, err = {}, None
+        entries, err, disk = {}, None, True  # disk: an OSError (one line, exit 1) rather than a bug
         try:
             for fname in write_files(tmp):
                 path = os.path.join(tmp, fname)
                 entries[fname] = FileEntry(size=os.path.getsize(path), sha256=sha256_file(path), rank=rank)
-        except Exception as exc:  # shared below: every rank raises the same error
-            err = f"rank {rank}: {type(exc).__name__}: {exc}"
-        results = collectives.allgather_obj(self.comm, (entries, err), name="checkpoint.allgather_obj")
-        errors = [e for _, e in results if e]
+        except WriteFailed as exc:  # shared below: every rank raises the same error
+            err = f"rank {rank} {exc}"
+        except OSError as exc:
+            err = f"rank {rank} could not write into {tmp}: {exc}"
+        except Exception as exc:
+            err, disk = f"rank {rank}: {type(exc).__name__}: {exc}", False
+        results = collectives.allgather_obj(self.comm, (entries, err, disk), name="checkpoint.allgather_obj")
+        errors = [e for _, e, _ in results if e]
         if errors:
             if rank == 0:
                 shutil.rmtree(tmp, ignore_errors=True)
-            raise CheckpointError(f"checkpoint {name} not written: " + "; ".join(errors))
+            error_type = SaveError if all(d for _, e, d in results if e) else CheckpointError
+            raise error_type(f"checkpoint {name} not written: " + "; ".join(errors) + self._kept())
 
         err = None
         if rank == 0:
             try:
                 files = {}
-                for part, _ in results:
+                for part, _, _ in results:
                     files.update(part)
                 manifest = Manifest(
                     iteration=int(iteration),
@@ -118,13 +126,25 @@ class CheckpointStore:
                     self._collect_garbage(keep, newest=name)
             except Exception as exc:
                 err = f"rank 0 could not commit {self.path(name)}: {type(exc).__name__}: {exc}"
-        err = collectives.bcast_obj(self.comm, err, name="checkpoint.bcast_obj")
+                disk = isinstance(exc, OSError)
+        err, disk = collectives.bcast_obj(self.comm, (err, disk), name="checkpoint.bcast_obj")
         if err:
-            raise CheckpointError(err)
+            raise (SaveError if disk else CheckpointError)(err + self._kept())
         return name
 
+    def _kept(self):
+        """'; the previous checkpoint P is kept' for a failed save's message (this rank's view)."""
+        try:
+            newest = self.committed()
+        except OSError:
+            return ""
+        return f"; the previous checkpoint {self.path(newest[0])} is kept" if newest else ""
+
     def _commit(self, tmp, final):
-        old = None
+        old, name = None, os.path.basename(final)
+        problem = os.path.exists(final) and (self.unusable.get(name) or self._quick_problem(name))
+        if problem:  # a damaged checkpoint is never overwritten
+            self._move_aside(name, problem)
         if os.path.exists(final):  # re-saving the same iteration (e.g. preemption right after an interval save)
             old = os.path.join(self.root, OLD_PREFIX + os.path.basename(final))
             shutil.rmtree(old, ignore_errors=True)
@@ -133,6 +153,22 @@ class CheckpointStore:
         fsync_dir(self.root)
         if old:
             shutil.rmtree(old, ignore_errors=True)
+
+    def _move_aside(self, name, why):
+        """Rank 0: rename the damaged checkpoint ``name`` to ``iter_N.damaged`` (``.damaged.2`` ...
+        when taken) and say where it went; it is never deleted and not counted in ``keep``."""
+        target, n = self.path(name + DAMAGED_SUFFIX), 2
+        while os.path.exists(target):
+            target, n = self.path(f"{name}{DAMAGED_SUFFIX}.{n}"), n + 1
+        try:
+            os.rename(self.path(name), target)
+        except OSError as exc:
+            _say(f"{self.path(name)} is damaged ({why}) and could not be moved aside ({exc}); it is kept")
+            return None
+        fsync_dir(self.root)
+        self.unusable.pop(name, None)
+        _say(f"{self.path(name)} is damaged ({why}); moved aside to {target} (kept, not counted against keep)")
+        return target
 
     def _collect_garbage(self, keep, newest):
         """Keep ``newest`` (just written and verified) plus the next ``keep - 1`` usable checkpoints.
@@ -156,7 +192,7 @@ class CheckpointStore:
         for entry in os.listdir(self.root):
             if entry.startswith((TMP_PREFIX, OLD_PREFIX)):
                 shutil.rmtree(self.path(entry), ignore_errors=True)
-            elif not _NAME_RE.match(entry):
+            elif not _NAME_RE.match(entry) and not _DAMAGED_RE.match(entry):
                 self._report_once(entry, "is not a checkpoint (foreign entry); left alone")
 
     def _quick_problem(self, name):
@@ -246,6 +282,7 @@ class CheckpointStore:
                 continue
             if skipped and self.comm.rank == 0:
                 _say("\n  ".join(skipped + [f"falling back to the previous good checkpoint {name}"]))
+                self._move_damaged_aside()
             return name, manifest
         detail = ("\n  " + "\n  ".join(skipped)) if skipped else ""
         if resume == "must":
@@ -256,7 +293,14 @@ class CheckpointStore:
             )
         if skipped and self.comm.rank == 0:
             _say(f"no usable checkpoint, starting from scratch:{detail}")
+            self._move_damaged_aside()
         return None
+
+    def _move_damaged_aside(self):
+        """Rank 0, after resume skipped damaged checkpoints: move each aside, so that the run
+        reaching that iteration again writes a new one beside it instead of over it."""
+        for name, why in list(self.unusable.items()):
+            self._move_aside(name, why)
 
     def _select_exact(self, load, listing, verify):
         found = dict(listing)

@@ -16,7 +16,7 @@ from mnframe.checkpoint.manifest import outside_problem
 from mnframe.runtime.errors import CheckpointError
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_path
-from mnframe.utils.npz import save_npz
+from mnframe.utils.npz import WriteFailed, payload_bytes, serialize, write_npz
 from mnframe.utils.safe_npz import UnsafeFile, load_npz
 
 RNG_KEY = "mnframe_rng"
@@ -28,11 +28,18 @@ def rank_file(rank):
 
 
 def save_trainer(directory, trainer, rank):
-    """Write this rank's trainer state; return the file names written."""
+    """Write this rank's trainer state; return the file names written.
+
+    An OSError (a full disk) becomes ``WriteFailed`` naming the path and the bytes needed."""
     name = rank_file(rank)
-    with atomic_path(os.path.join(directory, name)) as tmp:
-        with open(tmp, "wb") as f:
-            save_npz(f, trainer, compression=False)  # closes its zip even on a full disk
+    path = os.path.join(directory, name)
+    arrays = serialize(trainer)
+    try:
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                write_npz(f, arrays, compression=False)  # closes its zip even on a full disk
+    except OSError as exc:
+        raise WriteFailed(path, payload_bytes(arrays), exc) from exc
     return [name]
 
 

@@ -440,6 +440,16 @@ def run_hydra(argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str
 
     def _job(cfg) -> Any:
         in_task.append(True)
+        try:
+            return _compose_and_run(cfg)
+        except ConfigError as exc:  # reported by mnframe: returned, so Hydra does not print
+            task_errors.append(exc)  # "Error executing job with overrides: [...]" before it
+            return None
+        except BaseException as exc:
+            task_errors.append(exc)
+            raise
+
+    def _compose_and_run(cfg) -> Any:
         with hydra_errors_as_config_errors(config_dirs):
             config = resolve(cfg)
         hydra_cfg = HydraConfig.get()
@@ -449,20 +459,16 @@ def run_hydra(argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str
             "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task),
         }
         sweep = hydra_cfg.mode == RunMode.MULTIRUN
-        try:
-            return task(
-                ComposedJob(
-                    config=config,
-                    yaml=to_yaml(config),
-                    run_dir=hydra_cfg.runtime.output_dir,
-                    record=record,
-                    job_num=hydra_cfg.job.num if sweep else None,
-                    overrides=tuple(hydra_cfg.overrides.task),
-                )
+        return task(
+            ComposedJob(
+                config=config,
+                yaml=to_yaml(config),
+                run_dir=hydra_cfg.runtime.output_dir,
+                record=record,
+                job_num=hydra_cfg.job.num if sweep else None,
+                overrides=tuple(hydra_cfg.overrides.task),
             )
-        except BaseException as exc:
-            task_errors.append(exc)
-            raise
+        )
 
     main = hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(_job)
     saved_argv, saved_env = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
@@ -471,6 +477,9 @@ def run_hydra(argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str
     GlobalHydra.instance().clear()
     try:
         main()
+        failed = [e for e in task_errors if isinstance(e, ConfigError)]
+        if failed:  # the first failed job's error, as Hydra raises it at the end of a sweep
+            raise failed[0]
     except Exception as exc:
         if isinstance(exc, _composition_errors()) and not in_task:
             sweep = any(a in ("-m", "--multirun") for a in argv)  # a sweep's overrides list values

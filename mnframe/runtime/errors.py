@@ -63,9 +63,22 @@ class CollectiveMismatch(MnframeRuntimeError):
 class EveryRankError(MnframeRuntimeError):
     """A clean end that every rank reached together, with the same message: printed once
     (rank 0) as ``mnframe: <label>: <message>``, no traceback; the ranks exit with
-    ``exit_status`` (the guard treats it like a ConfigError)."""
+    ``exit_status`` (the guard treats it like a ConfigError). ``agreed``: raised only after a
+    shared verdict, so the guard waits for the others as long as a collective would."""
 
+    agreed = True
     label = None
+
+
+class SaveError(CheckpointError, EveryRankError):
+    """A checkpoint or the trained model could not be written (a full disk, any OSError).
+
+    Raised on every rank after the ranks shared their verdicts (``agreed``): the guard
+    prints the message once, without a traceback, and every rank exits 1 together. The
+    message names the path, the bytes needed and the error; the previous checkpoint is kept.
+    """
+
+    label = "save failed"
 
 
 class TrainingDiverged(EveryRankError):

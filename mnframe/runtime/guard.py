@@ -22,8 +22,10 @@ from mnframe.runtime.errors import ConfigError, DependencyError, EveryRankError,
 _installed = False
 _aborting = threading.Lock()
 # How long ranks wait for each other to agree that a ConfigError was raised
-# everywhere before falling back to Abort.
+# everywhere before falling back to Abort (one raised after a shared verdict waits
+# longer: agree_timeout).
 CONFIG_AGREE_TIMEOUT_S = 5.0
+AGREED_TIMEOUT_S = 600.0  # the collective deadline's default, when it cannot be read
 ABORT_FORWARD_S = 0.3  # pause between printing the reason and MPI_Abort (see abort)
 
 
@@ -102,13 +104,34 @@ def status_for(exc):
     return getattr(exc, "exit_status", ExitStatus.ERROR)
 
 
+def agree_timeout(exc):
+    """Seconds the ranks wait for each other to report ``exc`` (0: forever).
+
+    An error raised after the ranks shared their verdict (``exc.agreed``: every rank
+    raises it) waits as long as any collective (``MNFRAME_COLLECTIVE_TIMEOUT``): under
+    load (8 ranks on 2 cores) a rank can arrive seconds after the others, and giving up
+    would abort a job that was about to exit 2 cleanly. Any other waits
+    ``CONFIG_AGREE_TIMEOUT_S``, since it may have been raised on this rank only.
+    """
+    if not getattr(exc, "agreed", False):
+        return CONFIG_AGREE_TIMEOUT_S
+    try:
+        from mnframe.runtime import watchdog
+
+        return watchdog.get_deadline()
+    except Exception:  # a malformed setting must not hide this error
+        return AGREED_TIMEOUT_S
+
+
 def config_error_exit(exc):
     """End the job after a ConfigError: its message once (rank 0), no traceback, status 2.
     (A DependencyError ends the same way, as an "environment problem" with status 3.)
 
     A ConfigError is meant to be raised on every rank with the same message. The
-    ranks agree on that with a time-limited non-blocking barrier; if some rank
-    never gets there (it raised on this rank only) we abort instead of hanging.
+    ranks agree on that with a time-limited non-blocking barrier (``agree_timeout``);
+    if some rank never gets there (it raised on this rank only) we abort instead of
+    hanging. Any error marked ``agreed`` (raised on every rank after a shared verdict,
+    e.g. a failed checkpoint save) ends the same way with its own status and ``label``.
     """
     status, label = int(exc.exit_status), getattr(exc, "label", "configuration error")
     line = f"mnframe: {label}: {exc}\n" if label else f"mnframe: {exc}\n"
@@ -119,7 +142,8 @@ def config_error_exit(exc):
         os._exit(status)
     world = mpi.COMM_WORLD
     req = world.Ibarrier()
-    deadline = time.monotonic() + CONFIG_AGREE_TIMEOUT_S
+    timeout = agree_timeout(exc)
+    deadline = time.monotonic() + (timeout or float("inf"))
     while not req.Test():
         if time.monotonic() > deadline:
             abort(status, f"mnframe: {label} on {where()} (the other ranks did not report it):\n{exc}")
@@ -158,10 +182,44 @@ def _stop_watchdog():
         wd.stop()
 
 
+def out_of_memory_exit(exc, tb):
+    """A MemoryError: one line on this rank (what was being allocated, its size, the keys
+    that shrink it: mnframe.runtime.oom), no traceback, status 1. The ranks that ran out
+    (usually all: the same model on every rank) leave together; if some rank did not
+    reach this within CONFIG_AGREE_TIMEOUT_S (it waits in a collective), the job is aborted."""
+    try:
+        from mnframe.runtime import oom
+
+        line = oom.describe(exc, tb, where())
+    except Exception:  # the line must not fail
+        line = f"mnframe: out of memory on {where()}: {exc}"
+    _write(line + "\n")
+    _flush_all()
+    _sentinel_explained()
+    status = int(ExitStatus.ERROR)
+    mpi = _mpi()
+    if mpi is None or mpi.COMM_WORLD.Get_size() == 1:
+        os._exit(status)
+    req = mpi.COMM_WORLD.Ibarrier()
+    deadline = time.monotonic() + CONFIG_AGREE_TIMEOUT_S
+    while not req.Test():
+        if time.monotonic() > deadline:
+            abort(status)  # the line is out; the other ranks are stuck elsewhere
+        time.sleep(0.01)
+    _stop_watchdog()
+    try:
+        mpi.Finalize()
+    except Exception:
+        pass
+    os._exit(status)
+
+
 def handle_uncaught(exc_type, exc, tb, kind="uncaught exception"):
     """What the excepthooks and run_main do with an exception that ends a rank."""
     if isinstance(exc, (ConfigError, DependencyError, EveryRankError)):
         config_error_exit(exc)
+    if isinstance(exc, MemoryError):
+        out_of_memory_exit(exc, tb)
     status = status_for(exc)
     if isinstance(exc, KeyboardInterrupt):
         kind = "KeyboardInterrupt"

@@ -9,26 +9,41 @@ writes one byte into the pipe: the sentinel exits silently. If the pipe closes
 without that byte, the sentinel reads the dead rank's exit status from
 ``/proc/<pid>/stat`` (its exit code, set as the exit starts, readable until
 the launcher reaps it) and, when the rank exited with a
-status (not killed by a signal: mpiexec names those itself), writes
+status (not killed by a signal: mpiexec names those itself; but see below for SIGKILL), writes
 "mnframe: rank R (pid P on host H) exited with status N without running its
 exit handlers ..." to the launcher's stderr (the stderr of the rank's parent,
-the MPI process manager, opened when the sentinel starts). Linux only; off with
-``MNFRAME_NO_GUARD=1``.
+the MPI process manager, opened when the sentinel starts). A rank killed by
+SIGKILL is reported when the kernel's out-of-memory killer ran meanwhile (the
+``oom_kill`` count of ``/proc/vmstat`` rose since the sentinel started; once per
+job and node, since mpiexec then SIGKILLs the other ranks too), and, where that
+count cannot be read, as "often the kernel's out-of-memory killer". Linux only;
+off with ``MNFRAME_NO_GUARD=1``.
 """
 
+import inspect
 import os
 import socket
 import subprocess
 import sys
 
-# The sentinel's program: arguments rank, pid, host, launcher pid. Kept import-light (-I -S).
+# Where the kernel counts the processes its out-of-memory killer killed (Linux >= 4.13).
+OOM_COUNTER = "/proc/vmstat"
+
+# The sentinel's program: arguments rank, pid, host, launcher pid, OOM counter file and its count
+# now. Kept import-light (-I -S).
 _PROGRAM = r"""
 import os, sys, time
 rank, pid, host, launcher = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+
+
+OOM_READER
+
+
 try:  # opened now: the launcher may be gone by the time there is something to say
     out = open(f"/proc/{launcher}/fd/2", "w")
 except OSError:
     sys.exit(0)
+oom_before = None if sys.argv[6] == "-" else int(sys.argv[6])  # read by the rank as it started us
 try:
     explained = os.read(0, 1)
 except OSError:
@@ -46,8 +61,35 @@ while time.monotonic() < end:  # the kernel sets exit_code first thing in exit: 
     if len(fields) > 49 and (int(fields[49]) or fields[0] in "ZX"):
         status = int(fields[49])
         break
+oom_after = oom_kills(sys.argv[5])
+killed = status is not None and status & 0x7F == 9  # SIGKILL: mpiexec names the signal, not why
+if (oom_before is not None and oom_after is not None and oom_after > oom_before) or (killed and oom_before is None):
+    marker = f"/tmp/mnframe-oom-{launcher}-{oom_after}"
+    try:  # one report per job and node: the ranks mpiexec kills next see the same count
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError:
+        sys.exit(0)
+    if oom_before is None:
+        why = "this is often the kernel's out-of-memory killer"
+    else:
+        why = (f"the kernel's out-of-memory killer ran meanwhile (oom_kill in /proc/vmstat rose by "
+               f"{oom_after - oom_before}): a rank most likely ran out of memory")
+    how = "was killed by signal 9 (SIGKILL)" if killed else "ended without running its exit handlers"
+    try:
+        out.write(f"\nmnframe: rank {rank} (pid {pid} on host {host}) {how}; {why}. `dmesg` or "
+                  f"`journalctl -k` names the process it killed; lower the memory per rank "
+                  f"(dataset.batch_size, the model's size) or run fewer ranks per node.\n")
+        out.flush()
+    except OSError:
+        pass
+    time.sleep(3)
+    try:
+        os.unlink(marker)
+    except OSError:
+        pass
+    sys.exit(0)
 if status is None or status & 0x7F:
-    sys.exit(0)  # gone before we looked, or killed by a signal (mpiexec reports those)
+    sys.exit(0)  # gone before we looked, or killed by another signal (mpiexec reports those)
 text = (f"\nmnframe: rank {rank} (pid {pid} on host {host}) exited with status {status >> 8} without running "
         f"its exit handlers (os._exit, MPI_Abort called outside mnframe, or an exit from native code); "
         f"mpiexec ends the job with that status.\n")
@@ -58,6 +100,19 @@ except OSError:
     pass
 """
 
+
+def oom_kills(path):
+    """The kernel's count of out-of-memory kills (``oom_kill`` in /proc/vmstat), or None."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 _state = {"fd": None, "proc": None}
 
 
@@ -67,6 +122,8 @@ def start(rank):
         return True
     if not sys.platform.startswith("linux") or not os.path.exists(f"/proc/{os.getpid()}/stat"):
         return False
+    oom_before = oom_kills(OOM_COUNTER)
+    program = _PROGRAM.replace("OOM_READER", inspect.getsource(oom_kills))
     read_end, write_end = os.pipe()
     try:
         _state["proc"] = subprocess.Popen(
@@ -75,11 +132,13 @@ def start(rank):
                 "-I",
                 "-S",
                 "-c",
-                _PROGRAM,
+                program,
                 str(rank),
                 str(os.getpid()),
                 socket.gethostname(),
                 str(os.getppid()),
+                OOM_COUNTER,
+                str(oom_before) if oom_before is not None else "-",
             ],
             stdin=read_end,
             stdout=subprocess.DEVNULL,

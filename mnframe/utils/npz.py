@@ -19,20 +19,48 @@ import numpy
 
 from mnframe.runtime.errors import ConfigError
 
-__all__ = ["save_npz", "load_arrays", "NotAnNpzFile"]
+__all__ = ["save_npz", "serialize", "write_npz", "load_arrays", "NotAnNpzFile"]
 
 
 def save_npz(file, obj, compression=True):
     """Serialize ``obj`` as ``chainer.serializers.save_npz`` does (a dict is taken as serialized already),
     into a path or binary file object."""
+    write_npz(file, obj if isinstance(obj, dict) else serialize(obj), compression)
+
+
+def serialize(obj):
+    """{key: array} of ``obj`` as ``chainer.serializers.save_npz`` would write them."""
     from chainer.serializers.npz import DictionarySerializer
 
-    if isinstance(obj, dict):
-        write_npz(file, obj, compression)
-        return
     serializer = DictionarySerializer()
     serializer.save(obj)
-    write_npz(file, serializer.target, compression)
+    return serializer.target
+
+
+def payload_bytes(arrays):
+    """The bytes of the arrays an npz of ``arrays`` holds (the file is a little larger)."""
+    return sum(numpy.asanyarray(v).nbytes for v in arrays.values())
+
+
+class WriteFailed(OSError):
+    """Writing ``path`` failed: ``str()`` is 'could not write PATH (N needed): ERROR', the line a
+    failed save reports (errno kept from the original error)."""
+
+    def __init__(self, path, nbytes, exc):
+        super().__init__(getattr(exc, "errno", None), str(exc))
+        self.path, self.nbytes, self.cause = path, nbytes, exc
+
+    def __str__(self):
+        return f"could not write {self.path} ({human_bytes(self.nbytes)} needed): {self.cause}"
+
+
+def human_bytes(n):
+    """``1.5 GiB``-style size (exact bytes below 1 KiB)."""
+    n = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{int(n)} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
 
 
 def write_npz(file, arrays, compression=True):

@@ -61,20 +61,22 @@ def test_flipped_byte_falls_back_and_says_so(store, capsys):
     data = bytearray(open(path, "rb").read())
     data[0] ^= 1
     open(path, "wb").write(bytes(data))
+    with pytest.raises(CheckpointError, match="written by rank 0"):
+        store.select("auto", load="iter_00000015")
     name, _ = store.select("auto")
     assert name == "iter_00000010"
     err = capsys.readouterr().err
     assert "rank_00000.npz (written by rank 0) has a wrong SHA-256" in err and "falling back" in err
-    with pytest.raises(CheckpointError, match="written by rank 0"):
-        store.select("auto", load="iter_00000015")
+    assert f"moved aside to {store.path('iter_00000015.damaged')}" in err  # issue 30: never overwritten
 
 
 def test_missing_manifest_and_temp_dirs_are_never_loaded(store):
     os.remove(os.path.join(store.path("iter_00000015"), MANIFEST))
     os.makedirs(os.path.join(store.root, ".tmp-iter_00000020"))
-    assert store.select("auto")[0] == "iter_00000010"
     with pytest.raises(CheckpointError, match="no manifest.json"):
         store.select("auto", load="iter_00000015")
+    assert store.select("auto")[0] == "iter_00000010"
+    assert os.path.isdir(store.path("iter_00000015.damaged"))  # moved aside by resume
 
 
 def test_truncated_file_detected(store):
@@ -99,7 +101,7 @@ def test_failed_writer_commits_nothing(tmp_path):
     def broken(tmp):
         raise OSError("disk full")
 
-    with pytest.raises(CheckpointError, match="rank 0: OSError: disk full"):
+    with pytest.raises(CheckpointError, match="rank 0 could not write into .*: disk full"):
         s.save(5, broken)
     assert s.committed() == [] and not os.listdir(s.root)
 
