@@ -257,12 +257,14 @@ def test_symlink_out_of_the_checkpoint_is_never_read(run_dir, tmp_path, which, c
     os.mkfifo(fifo)
     os.remove(directory / which)
     os.symlink(fifo, directory / which)
-    ext, _ = resume(run_dir)
-    assert ext.resumed_from == "iter_00000002"  # the linked checkpoint was refused, the previous one loaded
-    assert "outside the checkpoint directory (refused, not read)" in capsys.readouterr().err
     with pytest.raises(CheckpointError, match="outside the checkpoint directory"):
         trainer = make_trainer(run_dir, 6)
         attach(trainer, {"interval": 1, "load": "iter_00000003"}, run_dir, solo())
+    ext, _ = resume(run_dir)
+    assert ext.resumed_from == "iter_00000002"  # the linked checkpoint was refused, the previous one loaded
+    assert "outside the checkpoint directory (refused, not read)" in capsys.readouterr().err
+    # like any damaged checkpoint, it was moved aside (never read, never overwritten)
+    assert (directory.parent / "iter_00000003.damaged" / which).is_symlink()
 
 
 def test_checkpoint_directory_linked_outside_is_refused(run_dir, tmp_path):
