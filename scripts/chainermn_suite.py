@@ -24,6 +24,7 @@ hide the tests after it: ``--per-test`` runs each test in its own ``mpiexec``
 
 import argparse
 import collections
+import concurrent.futures
 import json
 import os
 import sys
@@ -132,6 +133,7 @@ def main():
     parser.add_argument("-n", type=int, default=2, help="ranks (default 2)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per mpiexec (default 300)")
     parser.add_argument("--per-test", action="store_true", help="run every test in its own mpiexec")
+    parser.add_argument("-j", "--jobs", type=int, default=1, help="test files run at the same time (default 1)")
     parser.add_argument("--json", type=Path, help="also write every file's outcomes per side here")
     args = parser.parse_args()
     if not args.tests.is_dir():
@@ -145,9 +147,12 @@ def main():
     with tempfile.TemporaryDirectory(prefix="mnframe-suite-") as tmp:
         work = Path(tmp)
         (work / "mnframe_suite_plugin.py").write_text(PLUGIN)
-        for path in sorted(root.rglob("test_*.py")):
+        paths = sorted(root.rglob("test_*.py"))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:  # each job: its own mpiexec
+            futures = {(p, side): pool.submit(run_file, side, p, root, args, work) for p in paths for side in sides}
+        for path in paths:
             rel = str(path.relative_to(root))
-            row = {side: run_file(side, path, root, args, work) for side in sides}
+            row = {side: futures[(path, side)].result() for side in sides}
             report[rel] = {SIDES[s][0]: row[s] for s in sides}
             totals.update({side: row[side]["passed"] for side in sides})
             notes = "; ".join(f"{SIDES[s][0]}: {row[s]['note']}" for s in sides if row[s]["note"])
