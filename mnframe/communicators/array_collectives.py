@@ -150,9 +150,12 @@ def send(comm, data, dest, tag=0):
                 comm.Send([buf[s:e], MPI.BYTE], dest=dest, tag=tag)
 
 
-def recv(comm, source, tag=MPI.ANY_TAG):
-    """Receive what ``send`` sent: an array, or a tuple when a tuple was sent."""
-    status = MPI.Status()
+def recv(comm, source, tag=MPI.ANY_TAG, status=None):
+    """Receive what ``send`` sent: an array, or a tuple when a tuple was sent.
+
+    ``status`` (an ``MPI.Status``, optional) gets the message's source and tag.
+    """
+    status = MPI.Status() if status is None else status
     with oplog.op("recv", peer=source):
         is_tuple, metas, xp = comm.recv(source=source, tag=tag, status=status)
         src, tg = status.Get_source(), status.Get_tag()

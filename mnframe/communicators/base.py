@@ -8,6 +8,7 @@ stays import-light (no mpi4py) so that type checks and docs need no MPI.
 """
 
 import abc
+import contextlib
 import warnings
 
 
@@ -59,6 +60,31 @@ class CommunicatorBase(abc.ABC):
     def get_config(self, name=None):
         """The value of configuration ``name``, or a dict of all when ``name`` is None."""
 
+    @property
+    def _configs(self):
+        """This instance's configuration dict (name -> value); ChainerMN shares one dict per class."""
+        return self.__dict__.setdefault("_configs", {})
+
+    @property
+    def within_config_scope(self):
+        """True inside ``config_scope()``: attributes set there are recorded as configuration."""
+        return self.__dict__.get("_within_config_scope", False)
+
+    @contextlib.contextmanager
+    def config_scope(self):
+        """A scope in which ``self.name = value`` also records ``name`` in this instance's configuration."""
+        old = self.within_config_scope
+        self.__dict__["_within_config_scope"] = True
+        try:
+            yield
+        finally:
+            self.__dict__["_within_config_scope"] = old
+
+    def __setattr__(self, name, value):
+        if self.within_config_scope:
+            self._configs[name] = value
+        super().__setattr__(name, value)
+
     @abc.abstractmethod
     def split(self, color, key):
         """A communicator over the ranks that pass the same ``color`` (ordered by ``key``)."""
@@ -105,8 +131,8 @@ class CommunicatorBase(abc.ABC):
         """Send a picklable object to ``dest``."""
 
     @abc.abstractmethod
-    def recv_obj(self, source, tag=None):
-        """Receive an object sent by ``send_obj`` (``tag=None``: any tag)."""
+    def recv_obj(self, source, tag=None, status=None):
+        """Receive an object sent by ``send_obj`` (``tag=None``: any tag; ``status``: an ``MPI.Status`` to fill)."""
 
     @abc.abstractmethod
     def bcast_obj(self, obj, max_buf_len=None, root=0):

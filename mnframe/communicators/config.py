@@ -27,6 +27,13 @@ CONFIGS = {
 }
 
 
+class UnknownConfigError(ValueError, KeyError):
+    """A configuration name no communicator knows (a ValueError as ChainerMN's set_config raises, and a
+    KeyError as its get_config raises)."""
+
+    __str__ = Exception.__str__
+
+
 def defaults():
     return {name: default for name, (default, _) in CONFIGS.items()}
 
@@ -34,5 +41,15 @@ def defaults():
 def check(name, value):
     entry = CONFIGS.get(name)
     if entry is None:
-        raise ValueError(f"unknown communicator config {name!r}; known: {', '.join(sorted(CONFIGS))}")
+        raise UnknownConfigError(f"unknown communicator config {name!r}; known: {', '.join(sorted(CONFIGS))}")
     return entry[1](value)
+
+
+def attribute(name):
+    """A communicator attribute for config ``name`` (``comm.batched_copy``, as in ChainerMN): reads the
+    instance's configuration, and assigning it is ``set_config(name, value)`` (checked the same way)."""
+    return property(
+        lambda self: self._configs[name],
+        lambda self, value: self.set_config(name, value),
+        doc=f"The ``{name}`` configuration (``get_config``/``set_config``).",
+    )

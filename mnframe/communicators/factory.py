@@ -31,7 +31,7 @@ def _check_device(name):
         )
 
 
-def create_communicator(communicator_name=None, mpi_comm=None, allreduce_grad_dtype=None, batched_copy=False):
+def create_communicator(communicator_name=None, mpi_comm=None, allreduce_grad_dtype=None, batched_copy=True):
     """Create a communicator.
 
     ``communicator_name``: a key of ``registry.COMMUNICATORS``; None picks
@@ -40,7 +40,9 @@ def create_communicator(communicator_name=None, mpi_comm=None, allreduce_grad_dt
     missing, else two_dimensional) and says so on rank 0. ``mpi_comm``: an mpi4py communicator (COMM_WORLD by
     default). ``allreduce_grad_dtype``: dtype of gradients on the wire (None:
     each parameter's own), honoured by every communicator. ``batched_copy``:
-    accepted for compatibility (packing is always batched).
+    on GPUs, pack and unpack gradients in one kernel per dtype pair; True by
+    default as in ChainerMN 7.8.1 (the older API reference says False); no
+    effect on CPU arrays.
     """
     if mpi_comm is None:
         from mpi4py import MPI

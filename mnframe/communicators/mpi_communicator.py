@@ -47,7 +47,7 @@ class MpiCommunicator(CommunicatorBase):
     def __init__(self, mpi_comm=None, allreduce_grad_dtype=None, batched_copy=False):
         self._comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         self._owns_comm = False
-        self._config = config.defaults()
+        self._configs.update(config.defaults())
         self.set_config("allreduce_grad_dtype", allreduce_grad_dtype)
         self.set_config("batched_copy", batched_copy)
         self._topo = topology.discover(self._comm)
@@ -71,20 +71,24 @@ class MpiCommunicator(CommunicatorBase):
     inter_size = property(lambda self: self._topo.inter_size, doc="Number of nodes.")
     mpi_comm = property(lambda self: self._comm, doc="The underlying mpi4py communicator.")
 
-    # -- configuration
+    # -- configuration: this instance's ``_configs`` (CommunicatorBase); each known name is also an attribute
     def set_config(self, name, value=True, **kwargs):
-        self._config[name] = config.check(name, value)
+        self._configs[name] = config.check(name, value)
 
     def get_config(self, name=None):
         if name is None:
-            return dict(self._config)
-        config.check(name, self._config.get(name))  # unknown name -> ValueError
-        return self._config[name]
+            return dict(self._configs)
+        if name not in self._configs:  # a known name is always there
+            config.check(name, None)  # raises UnknownConfigError naming the known ones
+        return self._configs[name]
+
+    batched_copy = config.attribute("batched_copy")
+    allreduce_grad_dtype = config.attribute("allreduce_grad_dtype")
 
     def split(self, color, key):
         with oplog.op("split"):
             sub = self._comm.Split(color, key)
-        comm = type(self)(mpi_comm=sub, **self._config)
+        comm = type(self)(mpi_comm=sub, **{name: self._configs[name] for name in config.CONFIGS})
         comm._owns_comm = True
         return comm
 
@@ -135,8 +139,12 @@ class MpiCommunicator(CommunicatorBase):
     def send_obj(self, obj, dest, tag=0):
         object_ops.send_obj(self._comm, obj, dest, tag)
 
-    def recv_obj(self, source, tag=None):
-        return object_ops.recv_obj(self._comm, source, MPI.ANY_TAG if tag is None else tag)
+    def recv_obj(self, source, tag=None, status=None):
+        """``status``: an ``MPI.Status`` filled with the message's source and tag (ChainerMN 7's keyword; an
+        ``MPI.Status`` in ``tag``'s place, ChainerMN 7's positional order, counts as ``status`` too)."""
+        if isinstance(tag, MPI.Status):
+            tag, status = None, tag
+        return object_ops.recv_obj(self._comm, source, MPI.ANY_TAG if tag is None else tag, status=status)
 
     def bcast_obj(self, obj, max_buf_len=None, root=0):
         return object_ops.bcast_obj(self._comm, obj, max_buf_len=max_buf_len, root=root)
@@ -176,9 +184,11 @@ class MpiCommunicator(CommunicatorBase):
         ``zero_fill=True``: a missing gradient counts as zeros (and is set).
         ``zero_fill=False``: a gradient missing on every rank is skipped; missing
         on some ranks only raises CommunicatorArgumentError on every rank.
+        In Chainer's debug mode (``chainer.set_debug(True)``), a NaN or inf in the
+        averaged gradients raises ValueError, as ChainerMN does.
         """
         params, sig = packing.describe(model, zero_fill)
-        wire = self._config["allreduce_grad_dtype"]
+        wire = self._configs["allreduce_grad_dtype"]
         key = None
         if self.size > 1:  # one rank has nobody to disagree with: no hash, no collective
             key = packing.signature_key(sig, wire)
@@ -198,14 +208,18 @@ class MpiCommunicator(CommunicatorBase):
             for _, p in params:
                 if p.grad is None and zero_fill:
                     p.grad = p.xp.zeros_like(p.array)
-            return
-        layout = self._layouts.get(key)
-        if layout is None:
-            if len(self._layouts) >= _MAX_LAYOUTS:
-                self._layouts.clear()
-            layout = self._layouts[key] = packing.build_layout(params, sig, wire)
-        if layout.groups:
-            self._reducer_for(devices.pop()).mean(layout, params)
+        else:
+            layout = self._layouts.get(key)
+            if layout is None:
+                if len(self._layouts) >= _MAX_LAYOUTS:
+                    self._layouts.clear()
+                layout = self._layouts[key] = packing.build_layout(params, sig, wire)
+            if layout.groups:
+                self._reducer_for(devices.pop()).mean(layout, params)
+        import chainer  # already loaded: the model is a Chainer link
+
+        if chainer.is_debug():
+            _ensure_all_finite(params)
 
     def _reducer_for(self, device):
         """The strategy for gradients of array module ``device`` (created on first use; collective)."""
@@ -214,7 +228,7 @@ class MpiCommunicator(CommunicatorBase):
             if self._finalized:
                 raise RuntimeError(f"{type(self).__name__} was finalized; create a new communicator")
             make = resolve(self.reducers[device])
-            reducer = self._reducers[device] = make(self._comm, self._topo, self._config)
+            reducer = self._reducers[device] = make(self._comm, self._topo, self._configs)
         return reducer
 
     def _agree_on_params(self, sig, what, key=None):
@@ -229,6 +243,20 @@ class MpiCommunicator(CommunicatorBase):
             sigs = self._comm.allgather(sig)
         raise CommunicatorArgumentError(
             f"{what}: the ranks disagree on the model's parameters\n" + _describe_mismatch(sigs)
+        )
+
+
+def _ensure_all_finite(params):
+    """ValueError if an averaged gradient holds NaN or inf (ChainerMN's debug-mode check).
+
+    The averaged gradients are the same on every rank, so every rank raises together.
+    """
+    bad = [name for name, p in params if p.grad is not None and not bool(p.xp.isfinite(p.grad).all())]
+    if bad:
+        shown = ", ".join(bad[:8]) + (", ..." if len(bad) > 8 else "")
+        raise ValueError(
+            f"multi_node_mean_grad: parameters diverged after allreduce (NaN or inf in the averaged "
+            f"gradients of {shown}; checked because chainer.is_debug() is on)"
         )
 
 

@@ -36,8 +36,8 @@ def send_obj(comm, obj, dest, tag=0):
     pc.send(comm, payload, dest, tag)
 
 
-def recv_obj(comm, source, tag=MPI.ANY_TAG):
-    return _loads(pc.recv(comm, source, tag))
+def recv_obj(comm, source, tag=MPI.ANY_TAG, status=None):
+    return _loads(pc.recv(comm, source, tag, status=status))
 
 
 def bcast_obj(comm, obj, max_buf_len=None, root=0):

@@ -7,8 +7,11 @@ mirror the state, so ``epoch``, ``is_new_epoch``, ``epoch_detail``,
 ``previous_epoch_detail`` and ``current_position`` agree on every rank.
 
 Batches travel as pickled objects, so every example keeps its type, dtype and
-shape (ChainerMN casts everything to float32 and accepts only arrays or pairs).
-An error in the master's iterator is broadcast and raised on every rank.
+shape (ChainerMN casts everything to float32). Examples must be numeric data,
+as in ChainerMN: an array or NumPy scalar, a Python number, or a tuple/list of
+those (ChainerMN: an array or a pair); any other example (a string, a dict, ...)
+raises TypeError on every rank. An error in the master's iterator is broadcast
+and raised on every rank.
 
 ``serialize`` does no communication (so a rank-0-only snapshot cannot
 deadlock): the master serializes the real iterator, a follower writes and reads
@@ -20,6 +23,8 @@ shuffle: without it they raise ``KeyError: '_order'``). A loaded ``order`` does
 not change what a follower yields: it always returns the master's batches.
 """
 
+import numbers
+
 import chainer
 from chainer.dataset import iterator as iterator_module
 
@@ -27,7 +32,7 @@ from mnframe.iterators import start_method
 from mnframe.iterators.forwarding import ForwardingIterator
 from mnframe.runtime import oplog
 
-_STOP, _BATCH, _ERROR = "stop", "batch", "error"
+_STOP, _BATCH, _ERROR, _INVALID = "stop", "batch", "error", "invalid"
 _UNSENT = object()  # the followers' copy of the order is out of date
 
 
@@ -44,6 +49,24 @@ def _state_of(it):
         "previous_epoch_detail": getattr(it, "previous_epoch_detail", None),
         "current_position": getattr(it, "current_position", 0),
     }
+
+
+def _is_numeric(example):
+    """An array or NumPy scalar (anything with a dtype), a Python number, or a tuple/list of those."""
+    if hasattr(example, "dtype") or isinstance(example, numbers.Number):
+        return True
+    return isinstance(example, (tuple, list)) and all(_is_numeric(item) for item in example)
+
+
+def _invalid_type(batch):
+    """None when every example of ``batch`` is numeric data, else the TypeError message."""
+    for i, example in enumerate(batch):
+        if not _is_numeric(example):
+            return (
+                f"multi-node iterator: example {i} of the batch is a {type(example).__name__}; it sends arrays, "
+                f"numbers and tuples of them only (as ChainerMN): convert the dataset's examples to arrays"
+            )
+    return None
 
 
 class _MasterIterator(ForwardingIterator):
@@ -92,9 +115,14 @@ class _MasterIterator(ForwardingIterator):
         except Exception as e:  # the followers are waiting for this batch: tell them
             self._bcast((_ERROR, f"{type(e).__name__}: {e}", None))
             raise
+        invalid = None if batch is None else _invalid_type(batch)
+        if invalid is not None:
+            message = (_INVALID, invalid, message[2])
         self._bcast(message)
         if message[0] == _STOP:
             raise StopIteration
+        if invalid is not None:
+            raise TypeError(invalid)
         return batch
 
     next = __next__
@@ -134,6 +162,8 @@ class _FollowerIterator(iterator_module.Iterator):
         self._set_state(state)
         if kind == _STOP:
             raise StopIteration
+        if kind == _INVALID:
+            raise TypeError(payload)
         return payload
 
     next = __next__

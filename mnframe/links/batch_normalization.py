@@ -336,8 +336,11 @@ class MultiNodeBatchNormalization(BatchNormalization):
         size: channel size (or shape) of the statistics.
         comm: a mnframe communicator (or an mpi4py communicator).
         decay, eps, dtype, use_gamma, use_beta, initial_gamma, initial_beta:
-            as in ``chainer.links.BatchNormalization``.
-        communication_backend: ``'auto'``, ``'mpi'`` or ``'nccl'``.
+            as in ``chainer.links.BatchNormalization`` (``dtype=None``: the
+            parameters take ``chainer.config.dtype``, float32 for ``mixed16``, as
+            ChainerMN's link does).
+        communication_backend: ``'auto'``, ``'mpi'`` or ``'nccl'`` (``'nccl'``
+            raises ValueError at construction where CuPy with NCCL is unusable).
         axis: (keyword, extension) batch axes as in chainer's link.
     """
 
@@ -347,7 +350,7 @@ class MultiNodeBatchNormalization(BatchNormalization):
         comm,
         decay=0.9,
         eps=2e-05,
-        dtype=numpy.float32,
+        dtype=None,
         use_gamma=True,
         use_beta=True,
         initial_gamma=None,
@@ -358,6 +361,10 @@ class MultiNodeBatchNormalization(BatchNormalization):
     ):
         if communication_backend not in _BACKENDS:
             raise ValueError(f"communication_backend must be one of {tuple(_BACKENDS)}, got {communication_backend!r}")
+        if communication_backend == "nccl":  # ChainerMN refuses it here too (on a communicator without NCCL)
+            reason = _NcclExchange.unavailable_reason()
+            if reason is not None:
+                raise ValueError(f"communication_backend='nccl' cannot be used here: {reason}; use 'mpi' or 'auto'")
         super().__init__(
             size,
             decay=decay,

@@ -144,11 +144,11 @@ def test_split(comm):
 
 
 def test_config_is_per_instance(comm):
-    other = chainermn.create_communicator("flat", batched_copy=True, allreduce_grad_dtype="float16")
-    assert other.get_config("batched_copy") is True and comm.get_config("batched_copy") is False
+    other = chainermn.create_communicator("flat", batched_copy=False, allreduce_grad_dtype="float16")
+    assert other.get_config("batched_copy") is False and comm.get_config("batched_copy") is True  # 7.8.1's default
     assert other.get_config()["allreduce_grad_dtype"] == np.float16
-    other.set_config("batched_copy", False)
-    assert other.get_config("batched_copy") is False
+    other.set_config("batched_copy")
+    assert other.get_config("batched_copy") is True and other.batched_copy is True
     with pytest.raises(ValueError, match="unknown communicator config"):
         other.set_config("bogus", 1)
     other.finalize()

@@ -128,7 +128,7 @@ def test_create_empty_dataset():
 
 def _mixed_dataset(n=7):
     """Examples of mixed types, dtypes and shapes: nothing may be cast on the way."""
-    return [(np.full((2, i % 3 + 1), i, np.int64), np.float16(i / 2), f"s{i}") for i in range(n)]
+    return [(np.full((2, i % 3 + 1), i, np.int64), np.float16(i / 2), i) for i in range(n)]
 
 
 def test_multi_node_iterator_shares_master_batches(comm):

@@ -91,3 +91,6 @@ def test_config_table():
     assert config.check("allreduce_grad_dtype", "float16") == np.float16
     with pytest.raises(ValueError, match="unknown communicator config 'nope'; known: allreduce_grad_dtype"):
         config.check("nope", 1)
+    with pytest.raises(KeyError) as info:  # ChainerMN's get_config raises KeyError, its set_config ValueError
+        config.check("nope", 1)
+    assert isinstance(info.value, ValueError) and str(info.value).startswith("unknown communicator config 'nope'")

@@ -108,7 +108,7 @@ def test_create_communicator_signature():
         ("communicator_name", None),
         ("mpi_comm", None),
         ("allreduce_grad_dtype", None),
-        ("batched_copy", False),
+        ("batched_copy", True),  # ChainerMN 7.8.1's default (the older API reference says False)
     ]
     import mnframe
 
