@@ -3,8 +3,10 @@
 ``mean_into`` sums the same slice of several buffers, scales it and writes the
 result to several destinations in one pass over memory: it works block by block
 (``BLOCK_BYTES``, sized for L2) so every input is read once and every output
-written once. When the first destination is also a source, the block is
-accumulated in it directly (no scratch copy). float16 is accumulated in float32.
+written once. Sources are summed in the order given (rank order), so an element's
+result does not depend on how the buffer is cut. When the first destination is
+one of the first two sources, the block is accumulated in it directly (no
+scratch copy). float16 is accumulated in float32.
 """
 
 import numpy as np
@@ -22,12 +24,11 @@ def mean_into(sources, dests, scale):
         return
     dtype = sources[0].dtype
     acc_dtype = _ACC.get(dtype, dtype)
-    in_place = acc_dtype == dtype and any(dests[0] is s for s in sources)
-    if in_place:  # accumulate in dests[0]: it must be read first, before it is overwritten
-        sources = [dests[0]] + [s for s in sources if s is not dests[0]]
-        copies = dests[1:]
-    else:
-        copies = dests
+    # Sums run in the order of ``sources`` (callers pass rank order), so every element is computed by
+    # the same operations however the buffer is cut into slices or buckets (overlap's bitwise claim).
+    # dests[0] accumulates in place when it is one of the first two sources (read before written).
+    in_place = acc_dtype == dtype and any(dests[0] is s for s in sources[:2])
+    copies = dests[1:] if in_place else dests
     step = max(1, BLOCK_BYTES // acc_dtype.itemsize)
     scratch = None if in_place else np.empty(min(step, n), dtype=acc_dtype)
     for s in range(0, n, step):

@@ -47,6 +47,8 @@ class Buffer:
 class GradReducer:
     """Averages gradients over ``mpi_comm``; subclasses implement ``reduce``."""
 
+    cached_layouts = CACHED_LAYOUTS  # buffers kept (the overlap's bucket communicator keeps one per bucket)
+
     def __init__(self, mpi_comm, topology, options=None):
         self.comm = mpi_comm
         self.topo = topology
@@ -76,7 +78,7 @@ class GradReducer:
         if buffer is not None:
             self._buffers.move_to_end(layout.key)
             return buffer
-        if len(self._buffers) >= CACHED_LAYOUTS:
+        if len(self._buffers) >= self.cached_layouts:
             old_key, old = self._buffers.popitem(last=False)
             self._drop(old)
         buffer = self.allocate(layout)

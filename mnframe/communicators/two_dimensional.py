@@ -134,7 +134,7 @@ class TwoDimensionalReducer(ShmReducer):
                 seg = [v[gi][a:b] for v in views]
                 mine = seg[me]
                 peers = seg[:me] + seg[me + 1 :]
-                sources = [mine if source is None else source] + peers
+                sources = seg[:me] + [mine if source is None else source] + seg[me + 1 :]  # rank order
                 # on one node a writable direct source is averaged in place (see _pack)
                 first = source if single and source is not None and source.flags.writeable else mine
                 mean_into(sources, [first] + (peers if single else []), scale)
