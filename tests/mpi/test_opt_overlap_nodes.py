@@ -1,10 +1,9 @@
 """overlap=True across fake nodes (MNFRAME_FAKE_NODE_SIZE=2): 2 nodes x 2 ranks, and 2 + 1 (uneven)."""
 
 import pytest
+from test_opt_overlap import _train  # noqa: E402 (tests/mpi is on sys.path)
 
 import mnframe as chainermn
-
-from test_opt_overlap import _train  # noqa: E402 (tests/mpi is on sys.path)
 
 MPI_SIZES = (3, 4)
 MPI_TIMEOUT = 180
