@@ -11,6 +11,8 @@ scratch copy). float16 is accumulated in float32.
 
 import numpy as np
 
+from mnframe.communicators import half
+
 BLOCK_BYTES = 1 << 20  # 1 MiB: measured best of 64 KiB..4 MiB on 2 ranks (1 MiB L2 per core)
 _ACC = {np.dtype(np.float16): np.dtype(np.float32)}
 
@@ -23,6 +25,8 @@ def mean_into(sources, dests, scale):
     if len(sources) == 1 and scale == 1 and all(d is sources[0] for d in dests):
         return
     dtype = sources[0].dtype
+    if dtype == np.float16:
+        return _mean_into_half(sources, dests, scale)
     acc_dtype = _ACC.get(dtype, dtype)
     # Sums run in the order of ``sources`` (callers pass rank order), so every element is computed by
     # the same operations however the buffer is cut into slices or buckets (overlap's bitwise claim).
@@ -44,6 +48,23 @@ def mean_into(sources, dests, scale):
             np.multiply(acc, scale, out=acc, casting="unsafe")
         for d in copies:
             np.copyto(d[s:e], acc, casting="unsafe")
+
+
+def _mean_into_half(sources, dests, scale):
+    """``mean_into`` for float16: decoded and summed in float32 (rank order), scaled and rounded once
+    (``half``: table lookups, several times faster than NumPy's float16 casts)."""
+    n = sources[0].size
+    step = max(1, BLOCK_BYTES // 4)
+    acc = np.empty(min(step, n), np.float32)
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        a = acc[: e - s]
+        half.decode(sources[0][s:e], a)
+        for src in sources[1:]:
+            half.decode(src[s:e], a, add=True)
+        half.encode(a, dests[0][s:e], scale)
+        for d in dests[1:]:
+            np.copyto(d[s:e], dests[0][s:e])
 
 
 def slice_bounds(n, parts, i):
