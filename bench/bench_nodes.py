@@ -7,8 +7,10 @@ For each rate and topology (NODESxRANKS) it brings up a simulated cluster with
 ``scripts/simcluster.sh`` (docs/multi_node.md: network namespaces on a bridge,
 every node's link capped with tc tbf), runs this file with ``--worker`` under
 the cluster's mpiexec, prints the table and takes the cluster down (also on
-error; ``SIMCLUSTER_SCRIPT`` overrides the script's path). ``--name`` picks the cluster name (default ``bn``), ``--netmod`` MPICH's
-netmod (ofi, the default, or ucx).
+error; ``SIMCLUSTER_SCRIPT`` overrides the script's path). ``--name`` picks the
+cluster name (default ``bn``), ``--netmod`` MPICH's netmod (ofi, the default,
+or ucx). Beside the time: the CPU time of one call (the busiest rank's
+``process_time``), which a shared machine's load does not inflate.
 
 The worker times ``allreduce_grad`` of a ResNet-50-shaped gradient set
 (102.2 MB float32; fresh gradient arrays before each call, as after a backward)
@@ -80,12 +82,23 @@ def worker(args):
 
     contenders, checks, comms = [], {}, []
 
+    cpu = {}
+
+    def timed_cpu(label, fn):
+        def call():
+            t0 = time.process_time()
+            fn()
+            cpu.setdefault(label, []).append(time.process_time() - t0)
+
+        return call
+
     def add(label, comm, rtol):
         comms.append(comm)
-        m = model.copy(mode="copy")
+        m = model.copy(mode="share")  # parameters shared (memory), gradients set per copy
         keep = []
         set_grads(m, base, world.rank, keep)
-        c = Contender(label, lambda: comm.allreduce_grad(m), before=lambda: set_grads(m, base, world.rank, keep))
+        fn = timed_cpu(label, lambda: comm.allreduce_grad(m))
+        c = Contender(label, fn, before=lambda: set_grads(m, base, world.rank, keep))
         contenders.append(c)
         checks[label] = checker(m, label, rtol)
 
@@ -102,13 +115,20 @@ def worker(args):
     from mpi4py import MPI
 
     a = np.ones(nbytes // 4, np.float32)
-    contenders.append(Contender("MPI.Allreduce (whole buffer)", lambda: world.Allreduce(MPI.IN_PLACE, a)))
+    label = "MPI.Allreduce (whole buffer)"
+    contenders.append(Contender(label, timed_cpu(label, lambda: world.Allreduce(MPI.IN_PLACE, a))))
     results = run_round_robin(contenders, args.repeat, args.warmup)
+    import statistics
+
+    cpu_s = {k: max(world.allgather(statistics.median(v[args.warmup :] or v))) for k, v in cpu.items()}
+    load = os.getloadavg()[0]
     errors = {label: check() for label, check in checks.items()}
     topo = chainermn.create_communicator("naive")
     if world.rank == 0:
         out = {
             "results": results,
+            "cpu": cpu_s,
+            "load": load,
             "errors": errors,
             "nbytes": nbytes,
             "nodes": topo.inter_size,
@@ -163,11 +183,16 @@ def report(out, rate, args):
         f"{nbytes / 1e6:.1f} MB float32, median of {args.repeat}; bound = 2(N-1)/N x bytes / rate = "
         f"{bound * 1e3:.0f} ms (float16 wire: {bound * 500:.0f} ms)"
     )
-    print(f"  {'contender':34s} {'time':>9s} {'bound':>8s} {'x bound':>8s} {'x peer':>7s}  rel. error")
+    print(f"  (machine load average {out.get('load', 0):.1f} during the run)")
+    print(f"  {'contender':34s} {'time':>9s} {'bound':>8s} {'x bound':>8s} {'x peer':>7s} {'cpu':>7s}  rel. error")
     for label, t in res.items():
         err = out["errors"].get(label)
         err_s = "" if err is None else f"{err:.1e}"
-        print(f"  {label:34s} {t * 1e3:7.0f}ms {bound * 1e3:6.0f}ms {t / bound:8.2f} {t / peer:7.2f}  {err_s}")
+        c = out.get("cpu", {}).get(label)
+        c_s = "-" if c is None else f"{c * 1e3:.0f}ms"
+        print(
+            f"  {label:34s} {t * 1e3:7.0f}ms {bound * 1e3:6.0f}ms {t / bound:8.2f} {t / peer:7.2f} {c_s:>7s}  {err_s}"
+        )
     d, h = res.get("mnframe two_dimensional"), res.get("mnframe two_dimensional float16")
     if d is not None and rate == "1gbit" and not args.small:
         print(f"  default within 1.1x of the bound: {d / bound:.2f}x -> {'PASS' if d <= 1.1 * bound else 'FAIL'}")

@@ -200,13 +200,16 @@ class MpiCommunicator(CommunicatorBase):
                 if p.grad is None and zero_fill:
                     p.grad = p.xp.zeros_like(p.array)
             return
+        reducer = self._reducer_for(devices.pop()) if devices else None
         layout = self._layouts.get(key)
         if layout is None:
             if len(self._layouts) >= self._max_layouts:
                 self._layouts.clear()
-            layout = self._layouts[key] = packing.build_layout(params, sig, wire)
+            # the strategy may keep some dtypes in memory and use ``wire`` between nodes only
+            layout_dtype = wire if reducer is None else reducer.layout_dtype(wire)
+            layout = self._layouts[key] = packing.build_layout(params, sig, layout_dtype)
         if layout.groups:
-            self._reducer_for(devices.pop()).mean(layout, params)
+            reducer.mean(layout, params)
 
     def keep_layouts(self, n):
         """Keep the layouts and buffers of ``n`` parameter sets (default a few): the overlap averages

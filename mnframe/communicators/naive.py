@@ -7,7 +7,7 @@ against. float16 on the wire or mixed dtypes go through a temporary per param.
 import numpy as np
 
 from mnframe.communicators import array_collectives as pc
-from mnframe.communicators import half, half_allreduce
+from mnframe.communicators import half, wire_allreduce
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 from mnframe.communicators.reducer_base import GradReducer, scale_inplace
 
@@ -27,7 +27,7 @@ class NaiveReducer(GradReducer):
                     wire = np.empty(e.shape, dtype=g.dtype)  # a writable copy (float16: half.to_half)
                     (half.to_half if wire.dtype == np.float16 else _cast)(grad, wire)
                 if wire.dtype == np.float16:
-                    half_allreduce.allreduce_half(self.comm, wire, scale)
+                    wire_allreduce.allreduce_half(self.comm, wire, scale)
                 else:
                     pc.allreduce_inplace(self.comm, wire)
                     scale_inplace(wire, scale)

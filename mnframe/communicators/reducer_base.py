@@ -56,6 +56,10 @@ class GradReducer:
         self._buffers = collections.OrderedDict()
 
     # -- what a strategy provides
+    def layout_dtype(self, wire):
+        """The dtype gradients are packed in for ``allreduce_grad_dtype=wire`` (None: their own)."""
+        return wire
+
     def allocate(self, layout):
         """A Buffer of ``layout.nbytes`` for this strategy (private memory by default)."""
         return Buffer(np.empty(max(1, layout.nbytes), dtype=np.uint8))

@@ -29,7 +29,6 @@ import weakref
 
 import numpy as np
 
-from mnframe.communicators import array_collectives as pc
 from mnframe.communicators import packing
 from mnframe.communicators.hierarchical import HierarchicalReducer
 from mnframe.communicators.host_kernels import mean_into, slice_bounds
@@ -140,7 +139,7 @@ class TwoDimensionalReducer(ShmReducer):
                 mean_into(sources, [first] + (peers if single else []), scale)
             if not single:
                 own = [v[gi][lo:hi] for v in views]
-                pc.allreduce_inplace(topo.inter_comm, own[me])
+                self.inter_node_sum(own[me])
                 for q, s in enumerate(own):
                     if q != me:
                         s[...] = own[me]
