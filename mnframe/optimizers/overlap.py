@@ -22,6 +22,8 @@ and steps. Every step uses this step's average, unlike double buffering.
   strategies compute each element by the same operations whatever the other
   elements of the buffer are, so the result is bitwise the average after
   backward (tests/mpi/test_opt_overlap.py, 1-3 ranks, every CPU communicator).
+* The thread's communication appears in the op log's history; the op in flight
+  that the collective deadlines watch is the main thread's ``overlap:wait``.
 * The thread calls MPI while the main thread may too (model-parallel links):
   it needs ``MPI_THREAD_MULTIPLE`` (mpi4py asks for it); otherwise, and for
   ``update()`` without ``lossfun`` (the caller ran backward itself), the buckets
@@ -37,6 +39,7 @@ import chainer
 from mpi4py import MPI
 
 from mnframe.optimizers import early_backward
+from mnframe.runtime import oplog
 
 DEFAULT_BUCKET_CAP_MB = 25.0  # PyTorch DDP's default
 
@@ -191,11 +194,12 @@ class _Run:
 
     def wait(self):
         error = None
-        for f in self.futures:
-            try:
-                f.result()
-            except BaseException as e:  # wait for every bucket before raising: none is left running
-                error = error or e
+        with oplog.op("overlap:wait", nbytes=len(self.futures)):  # the collective deadline watches this wait
+            for f in self.futures:
+                try:
+                    f.result()
+                except BaseException as e:  # wait for every bucket before raising: none is left running
+                    error = error or e
         self.futures = []
         if error is not None:
             raise error

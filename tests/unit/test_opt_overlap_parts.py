@@ -81,3 +81,30 @@ def test_config_checks():
     assert "overlap, which is off" in _refused("optimizer.bucket_cap_mb=4")
     cfg = validate(C.compose(["optimizer.overlap=true", "optimizer.bucket_cap_mb=4"], ()), 1)
     assert cfg.optimizer.overlap is True and cfg.optimizer.bucket_cap_mb == 4
+
+
+def test_an_op_of_another_thread_leaves_the_op_in_flight_alone():
+    """The overlap's thread communicates while the main thread waits in ``overlap:wait``: the op in
+    flight (what the collective deadlines watch) stays the main thread's."""
+    import threading
+
+    from mnframe.runtime import oplog
+
+    log = oplog.OpLog()
+    inside, release = threading.Event(), threading.Event()
+
+    def worker():
+        with log.op("bucket"):
+            inside.set()
+            release.wait(10)
+
+    with log.op("overlap:wait") as waiting:
+        t = threading.Thread(target=worker)
+        t.start()
+        inside.wait(10)
+        assert log.current is waiting
+        release.set()
+        t.join()
+        assert log.current is waiting
+    assert log.current is None
+    assert [r.name for r in log.history] == ["bucket", "overlap:wait"]
