@@ -75,7 +75,12 @@ def build_optimizer(cfg: OptimizerConfig, model, comm):
 
     actual = import_target(cfg.target or OPTIMIZERS[cfg.name])(**optimizer_kwargs(cfg))
     optimizer = mnframe.create_multi_node_optimizer(
-        actual, comm, double_buffering=cfg.double_buffering, zero_fill=cfg.zero_fill
+        actual,
+        comm,
+        double_buffering=cfg.double_buffering,
+        zero_fill=cfg.zero_fill,
+        overlap=cfg.overlap,
+        bucket_cap_mb=cfg.bucket_cap_mb,
     )
     optimizer.setup(model)
     for field, make_hook in HOOKS.items():

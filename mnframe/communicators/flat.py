@@ -1,6 +1,9 @@
 """``flat``: pack all gradients into one persistent buffer, one MPI allreduce per dtype."""
 
+import numpy as np
+
 from mnframe.communicators import array_collectives as pc
+from mnframe.communicators import wire_allreduce
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 from mnframe.communicators.reducer_base import GradReducer, scale_inplace
 
@@ -9,6 +12,9 @@ class FlatReducer(GradReducer):
     def reduce(self, layout, buffer):
         scale = 1.0 / self.comm.size
         for arr in buffer.group_views(layout):
+            if arr.dtype == np.float16:  # scaled in float32, in the same pass as the rounding
+                wire_allreduce.allreduce_half(self.comm, arr, scale)
+                continue
             pc.allreduce_inplace(self.comm, arr)
             scale_inplace(arr, scale)
 

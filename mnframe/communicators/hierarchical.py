@@ -8,7 +8,6 @@ other segment (the broadcast). On one node the leader step is skipped and the
 reduce writes straight to every segment.
 """
 
-from mnframe.communicators import array_collectives as pc
 from mnframe.communicators.host_kernels import mean_into, slice_bounds
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 from mnframe.communicators.shm import ShmReducer
@@ -30,7 +29,7 @@ class HierarchicalReducer(ShmReducer):
             self.fence(buffer, "hier:reduced")
             if me == 0:
                 for arr in views[0]:
-                    pc.allreduce_inplace(topo.inter_comm, arr)
+                    self.inter_node_sum(arr)
             self.fence(buffer, "hier:leaders")
             for gi, g in enumerate(layout.groups):
                 lo, hi = slice_bounds(g.size, topo.intra_size, me)

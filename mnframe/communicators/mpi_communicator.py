@@ -54,6 +54,7 @@ class MpiCommunicator(CommunicatorBase):
         self._reducers = {}  # array module -> reducer, created on first use
         self._finalized = False
         self._layouts = {}
+        self._max_layouts = _MAX_LAYOUTS
         self._closers = []  # close() of resources built over this communicator (NCCL groups of MNBN, ...)
 
     def __repr__(self):
@@ -209,17 +210,27 @@ class MpiCommunicator(CommunicatorBase):
                 if p.grad is None and zero_fill:
                     p.grad = p.xp.zeros_like(p.array)
         else:
+            reducer = self._reducer_for(devices.pop()) if devices else None
             layout = self._layouts.get(key)
             if layout is None:
-                if len(self._layouts) >= _MAX_LAYOUTS:
+                if len(self._layouts) >= self._max_layouts:
                     self._layouts.clear()
-                layout = self._layouts[key] = packing.build_layout(params, sig, wire)
+                # the strategy may keep some dtypes in memory and use ``wire`` between nodes only
+                layout_dtype = wire if reducer is None else reducer.layout_dtype(wire)
+                layout = self._layouts[key] = packing.build_layout(params, sig, layout_dtype)
             if layout.groups:
-                self._reducer_for(devices.pop()).mean(layout, params)
+                reducer.mean(layout, params)
         import chainer  # already loaded: the model is a Chainer link
 
         if chainer.is_debug():
             _ensure_all_finite(params)
+
+    def keep_layouts(self, n):
+        """Keep the layouts and buffers of ``n`` parameter sets (default a few): the overlap averages
+        each bucket of a model as a parameter set of its own, every step."""
+        self._max_layouts = max(_MAX_LAYOUTS, n)
+        for reducer in self._reducers.values():
+            reducer.cached_layouts = max(reducer.cached_layouts, n)
 
     def _reducer_for(self, device):
         """The strategy for gradients of array module ``device`` (created on first use; collective)."""
@@ -229,6 +240,8 @@ class MpiCommunicator(CommunicatorBase):
                 raise RuntimeError(f"{type(self).__name__} was finalized; create a new communicator")
             make = resolve(self.reducers[device])
             reducer = self._reducers[device] = make(self._comm, self._topo, self._configs)
+            if self._max_layouts > _MAX_LAYOUTS:  # keep_layouts was called
+                reducer.cached_layouts = self._max_layouts
         return reducer
 
     def _agree_on_params(self, sig, what, key=None):

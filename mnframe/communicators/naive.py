@@ -7,6 +7,7 @@ against. float16 on the wire or mixed dtypes go through a temporary per param.
 import numpy as np
 
 from mnframe.communicators import array_collectives as pc
+from mnframe.communicators import half, wire_allreduce
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 from mnframe.communicators.reducer_base import GradReducer, scale_inplace
 
@@ -23,16 +24,24 @@ class NaiveReducer(GradReducer):
                 if grad.dtype == g.dtype and grad.flags.c_contiguous and grad.flags.writeable:
                     wire = grad
                 else:
-                    wire = np.array(grad, dtype=g.dtype, order="C")  # a writable copy
-                pc.allreduce_inplace(self.comm, wire)
-                scale_inplace(wire, scale)
+                    wire = np.empty(e.shape, dtype=g.dtype)  # a writable copy (float16: half.to_half)
+                    (half.to_half if wire.dtype == np.float16 else _cast)(grad, wire)
+                if wire.dtype == np.float16:
+                    wire_allreduce.allreduce_half(self.comm, wire, scale)
+                else:
+                    pc.allreduce_inplace(self.comm, wire)
+                    scale_inplace(wire, scale)
                 if wire is grad:
                     if p.grad is not grad:
                         p.grad = grad  # a zero-filled gradient
-                elif p.grad is not None and p.grad.flags.writeable:
-                    np.copyto(p.grad, wire, casting="unsafe")
-                else:
-                    p.grad = wire.astype(p.array.dtype)
+                elif p.grad is None or not p.grad.flags.writeable:
+                    p.grad = np.empty(p.array.shape, p.array.dtype)
+                if wire is not p.grad:
+                    (half.from_half if wire.dtype == np.float16 else _cast)(wire, p.grad)
+
+
+def _cast(src, dst):
+    np.copyto(dst, src, casting="unsafe")
 
 
 class NaiveCommunicator(MpiCommunicator, registry_name="naive"):

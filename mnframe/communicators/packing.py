@@ -17,6 +17,8 @@ import hashlib
 
 import numpy as np
 
+from mnframe.communicators import half
+
 ALIGN = 64  # bytes; every group starts on a cache line
 
 
@@ -109,7 +111,12 @@ def build_layout(params, sig, wire_dtype):
 def _copy(dst, src):
     """dst[...] = src with casting, for NumPy or CuPy (same module on both sides)."""
     if isinstance(dst, np.ndarray):
-        np.copyto(dst, src, casting="unsafe")
+        if dst.dtype == np.float16 and src.dtype == np.float32 and isinstance(src, np.ndarray):
+            half.to_half(src, dst)  # table lookups: several times faster than NumPy's cast
+        elif dst.dtype == np.float32 and src.dtype == np.float16 and isinstance(src, np.ndarray):
+            half.from_half(src, dst)
+        else:
+            np.copyto(dst, src, casting="unsafe")
     else:
         dst[...] = src
 
@@ -147,6 +154,10 @@ def unpack(views, params, keep=()):
             p.grad = src
         elif grad is not None and type(grad) is type(src) and grad.flags.writeable:
             _copy(grad, src)
+        elif isinstance(src, np.ndarray):
+            out = np.empty(src.shape, p.array.dtype)
+            _copy(out, src)
+            p.grad = out
         else:
             p.grad = src.astype(p.array.dtype)
 

@@ -47,6 +47,8 @@ class Buffer:
 class GradReducer:
     """Averages gradients over ``mpi_comm``; subclasses implement ``reduce``."""
 
+    cached_layouts = CACHED_LAYOUTS  # buffers kept (the overlap's bucket communicator keeps one per bucket)
+
     def __init__(self, mpi_comm, topology, options=None):
         self.comm = mpi_comm
         self.topo = topology
@@ -54,6 +56,10 @@ class GradReducer:
         self._buffers = collections.OrderedDict()
 
     # -- what a strategy provides
+    def layout_dtype(self, wire):
+        """The dtype gradients are packed in for ``allreduce_grad_dtype=wire`` (None: their own)."""
+        return wire
+
     def allocate(self, layout):
         """A Buffer of ``layout.nbytes`` for this strategy (private memory by default)."""
         return Buffer(np.empty(max(1, layout.nbytes), dtype=np.uint8))
@@ -76,7 +82,7 @@ class GradReducer:
         if buffer is not None:
             self._buffers.move_to_end(layout.key)
             return buffer
-        if len(self._buffers) >= CACHED_LAYOUTS:
+        if len(self._buffers) >= self.cached_layouts:
             old_key, old = self._buffers.popitem(last=False)
             self._drop(old)
         buffer = self.allocate(layout)

@@ -12,7 +12,7 @@ while a peer still reads it).
 import numpy as np
 from mpi4py import MPI
 
-from mnframe.communicators import packing
+from mnframe.communicators import array_collectives, packing, wire_allreduce
 from mnframe.communicators.reducer_base import Buffer, GradReducer
 from mnframe.runtime import oplog
 
@@ -49,7 +49,27 @@ class SharedSegments(Buffer):
 
 
 class ShmReducer(GradReducer):
-    """Base of the reducers whose intra-node step goes through shared memory."""
+    """Base of the reducers whose intra-node step goes through shared memory.
+
+    ``allreduce_grad_dtype=float16`` means float16 on the wire: float32 gradients
+    stay float32 in the shared segments (no conversion where no link is
+    crossed) and go as float16 between nodes only (``inter_node_sum``).
+    """
+
+    def layout_dtype(self, wire):
+        return None if wire is not None and np.dtype(wire) == np.float16 else wire
+
+    def inter_node_sum(self, arr):
+        """Sum ``arr`` over the inter-node communicator in place: float32 as float16 on the wire when
+        asked; float32/float64 by mnframe's exchange (a few large non-blocking messages, sums in node
+        order: no element depends on how the buffer is cut, on any number of nodes)."""
+        wire = self.options.get("allreduce_grad_dtype")
+        if wire is not None and np.dtype(wire) == np.float16 and arr.dtype == np.float32:
+            wire_allreduce.allreduce_float32_as_half(self.topo.inter_comm, arr)
+        elif arr.dtype in (np.float32, np.float64):
+            wire_allreduce.allreduce_exchange(self.topo.inter_comm, arr)
+        else:
+            array_collectives.allreduce_inplace(self.topo.inter_comm, arr)
 
     def allocate(self, layout):
         return SharedSegments(self.topo.intra_comm, layout.nbytes)

@@ -29,7 +29,6 @@ import weakref
 
 import numpy as np
 
-from mnframe.communicators import array_collectives as pc
 from mnframe.communicators import packing
 from mnframe.communicators.hierarchical import HierarchicalReducer
 from mnframe.communicators.host_kernels import mean_into, slice_bounds
@@ -134,13 +133,13 @@ class TwoDimensionalReducer(ShmReducer):
                 seg = [v[gi][a:b] for v in views]
                 mine = seg[me]
                 peers = seg[:me] + seg[me + 1 :]
-                sources = [mine if source is None else source] + peers
+                sources = seg[:me] + [mine if source is None else source] + seg[me + 1 :]  # rank order
                 # on one node a writable direct source is averaged in place (see _pack)
                 first = source if single and source is not None and source.flags.writeable else mine
                 mean_into(sources, [first] + (peers if single else []), scale)
             if not single:
                 own = [v[gi][lo:hi] for v in views]
-                pc.allreduce_inplace(topo.inter_comm, own[me])
+                self.inter_node_sum(own[me])
                 for q, s in enumerate(own):
                     if q != me:
                         s[...] = own[me]

@@ -90,6 +90,8 @@ class OptimizerConfig(BaseModel):
     name: Optional[str] = "momentum_sgd"
     target: Optional[str] = Field(None, alias="_target_")
     double_buffering: bool = False
+    overlap: bool = False
+    bucket_cap_mb: Optional[float] = Field(None, gt=0)
     zero_fill: bool = True
     weight_decay: Optional[float] = Field(None, ge=0)
     gradient_clipping: Optional[float] = Field(None, gt=0)

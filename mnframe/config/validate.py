@@ -334,7 +334,26 @@ def _optimizer_issues(cfg: schema.OptimizerConfig, comm_name: Optional[str], has
     kwargs = {k: v for k, v in optimizer_kwargs(cfg).items() if k not in unchecked}
     issues += check_target("optimizer", dotted, kwargs)
     # double_buffering works with every communicator (pure_nccl: NCCL on a CUDA stream; the others:
-    # non-blocking MPI, CPU or GPU), so it needs no check here
+    # non-blocking MPI, CPU or GPU), so it needs no check here; nor does overlap
+    if cfg.overlap and cfg.double_buffering:
+        issues.append(
+            ConfigIssue(
+                "optimizer.overlap",
+                "overlap and double_buffering both overlap the averaging",
+                value=True,
+                allowed="set one of them: optimizer.double_buffering=false (overlap: every step its own "
+                "average) or optimizer.overlap=false (double buffering: one step stale)",
+            )
+        )
+    if cfg.bucket_cap_mb is not None and not cfg.overlap:
+        issues.append(
+            ConfigIssue(
+                "optimizer.bucket_cap_mb",
+                "sizes the buckets of optimizer.overlap, which is off",
+                value=cfg.bucket_cap_mb,
+                allowed="optimizer.overlap=true, or bucket_cap_mb=null",
+            )
+        )
     return issues
 
 

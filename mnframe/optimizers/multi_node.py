@@ -53,7 +53,7 @@ def _averager(communicator):
     return resolve(AVERAGERS[getattr(communicator, "double_buffering", "mpi")])(communicator)
 
 
-_OWN = ("actual_optimizer", "communicator", "zero_fill", "_synced_layout", "_update_layout", "_averager")
+_OWN = ("actual_optimizer", "communicator", "zero_fill", "_synced_layout", "_update_layout", "_averager", "_overlap")
 
 # the serialized flag: the broadcast-only update was made in the parameter layout of the file
 BROADCAST_DONE_KEY = "multi_node_broadcast_done"
@@ -89,14 +89,15 @@ def _init_rule_states(target):
 class _MultiNodeOptimizer:
     """A Chainer optimizer that trains data-parallel over ``communicator``."""
 
-    def __init__(self, actual_optimizer, communicator, zero_fill, averager=None):
+    def __init__(self, actual_optimizer, communicator, zero_fill, averager=None, overlap=None):
         d = self.__dict__  # own state bypasses the forwarding __setattr__
         d["actual_optimizer"] = actual_optimizer
         d["communicator"] = communicator
         d["zero_fill"] = zero_fill
         d["_synced_layout"] = None  # layout of the last broadcast (setup, before a forward, update)
         d["_update_layout"] = None  # layout in which update() made its broadcast-only call
-        d["_averager"] = averager
+        d["_averager"] = averager  # double buffering
+        d["_overlap"] = overlap  # averaging overlapped with backward (mnframe.optimizers.overlap)
 
     # ---- forwarding: the wrapper is the wrapped optimizer plus synchronisation
     def __getattr__(self, name):
@@ -160,7 +161,14 @@ class _MultiNodeOptimizer:
                 target.cleargrads()
             else:
                 target.zerograds()
-            loss.backward(loss_scale=self.actual_optimizer._loss_scale)
+            if self._overlap is None:
+                loss.backward(loss_scale=self.actual_optimizer._loss_scale)
+            elif self._overlap.backward(
+                loss, self.actual_optimizer._loss_scale, target, self._update_layout if settled else None
+            ):  # averaged during backward
+                del loss
+                self.actual_optimizer.update(None, *args, **kwds)
+                return
             del loss
         if not settled:
             layout = _layout(target)
@@ -245,13 +253,18 @@ class _MultiNodeOptimizer:
             self._averager.reset()
 
     def finalize(self):
-        """Finish the averaging in flight and release the averager's resources (its NCCL group)."""
+        """Finish the averaging in flight and release the averager's resources (its NCCL group, the
+        overlap's thread and communicator). Collective."""
         if self._averager is not None:
             close = getattr(self._averager, "close", self._averager.reset)
             close()
+        if self._overlap is not None:
+            self._overlap.close()
 
 
-def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False, zero_fill=True):
+def create_multi_node_optimizer(
+    actual_optimizer, communicator, double_buffering=False, zero_fill=True, overlap=False, bucket_cap_mb=None
+):
     """Wrap a Chainer optimizer for data-parallel training over ``communicator``.
 
     As in ChainerMN, the first ``update()`` broadcasts rank 0's parameters and
@@ -273,6 +286,14 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
             a step).
         zero_fill: unused initialised parameters contribute zero gradients
             (otherwise they are skipped by the communicator).
+        overlap: average the gradients during backward, bucket by bucket as
+            their gradients become final (mnframe.optimizers.overlap; not in
+            ChainerMN). Each step uses its own average, bitwise the same as
+            without overlap. Needs ``update(lossfun, ...)`` (the optimizer runs
+            backward); with ``update()`` after the caller's own backward the
+            average is taken after backward. Not with ``double_buffering``.
+        bucket_cap_mb: the largest bucket with ``overlap`` (MiB of gradients;
+            default 25, as PyTorch DDP).
     """
     if not (hasattr(actual_optimizer, "update") and hasattr(actual_optimizer, "setup")):
         raise TypeError(
@@ -285,5 +306,18 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
             f"create_multi_node_optimizer: communicator lacks {missing}; pass the result of "
             f"mnframe.create_communicator(...)"
         )
+    if overlap and double_buffering:
+        raise ValueError(
+            "create_multi_node_optimizer: overlap=True and double_buffering=True both overlap the averaging; "
+            "pick one (overlap keeps every step's own average, double buffering steps one update stale)"
+        )
+    if bucket_cap_mb is not None and not (isinstance(bucket_cap_mb, (int, float)) and bucket_cap_mb > 0):
+        raise ValueError(f"create_multi_node_optimizer: bucket_cap_mb must be a positive number, got {bucket_cap_mb!r}")
     averager = _averager(communicator) if double_buffering else None
-    return _MultiNodeOptimizer(actual_optimizer, communicator, zero_fill, averager)
+    overlapper = None
+    if overlap:
+        from mnframe.optimizers.overlap import DEFAULT_BUCKET_CAP_MB, OverlapAverager
+
+        cap = DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb
+        overlapper = OverlapAverager(communicator, zero_fill, cap)
+    return _MultiNodeOptimizer(actual_optimizer, communicator, zero_fill, averager, overlapper)

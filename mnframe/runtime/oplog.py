@@ -10,8 +10,11 @@ few attribute writes: it is on the hot path.
 
 import collections
 import contextlib
+import threading
 import time
 import traceback
+
+_MAIN_THREAD = threading.main_thread().ident
 
 _HISTORY = 64
 
@@ -65,6 +68,15 @@ class OpLog:
                 nbytes = getattr(array, "nbytes", None)
         self.seq += 1
         rec = OpRecord(self.seq, name, shape, dtype, nbytes, peer, comm_id)
+        if threading.get_ident() != _MAIN_THREAD:
+            # another thread (the overlap's averaging): history only; the main thread's wait for it
+            # is the op in flight the deadlines watch (interleaved enter/exit would corrupt ``current``)
+            try:
+                yield rec
+            finally:
+                rec.end = time.monotonic()
+                self.history.append(rec)
+            return
         outer = self.current
         self.current = rec
         try:

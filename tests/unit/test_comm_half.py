@@ -1,0 +1,60 @@
+"""half: float32 <-> float16 by table lookup (NumPy's bits except at exact ties), and its uses."""
+
+import warnings
+
+import numpy as np
+
+from mnframe.communicators import half
+from mnframe.communicators.host_kernels import mean_into
+
+
+def _numpy16(x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return x.astype(np.float16)
+
+
+def test_encode_is_numpys_rounding_but_for_ties():
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(300_000) * np.exp(rng.uniform(-30, 13, 300_000))).astype(np.float32)
+    specials = [0.0, -0.0, np.inf, -np.inf, 65504, 65519.9, 65520, 1e-8, 2.98e-8, 6.0e-8, -6.1e-5, 1 + 2**-11]
+    x[: len(specials)] = specials
+    x[len(specials)] = np.nan
+    got = np.empty(x.size, np.float16)
+    half.encode(x, got)
+    ref = _numpy16(x)
+    assert np.isnan(got[len(specials)])
+    ok = np.isnan(ref) | (got.view(np.uint16) == ref.view(np.uint16))
+    bits = x.view(np.uint32)
+    # where they differ, x is an exact tie between two float16 values: one unit in the last place apart
+    differ = ~ok
+    assert differ.sum() < 200
+    assert np.all(bits[differ] & 0xFFF == 0)
+    assert np.all(np.abs(got[differ].view(np.int16).astype(int) - ref[differ].view(np.int16).astype(int)) == 1)
+    assert got[0].view(np.uint16) == 0 and got[1].view(np.uint16) == 0x8000  # signed zeros kept
+    assert np.isposinf(got[2]) and np.isneginf(got[3]) and np.isinf(got[6]) and got[4] == got[5] == 65504
+
+
+def test_encode_scales_in_float32_and_decode_is_exact():
+    x = np.linspace(-3, 3, 70_001, dtype=np.float32)
+    got = np.empty(x.size, np.float16)
+    half.encode(x, got, scale=0.25)
+    ref = _numpy16(x * np.float32(0.25))
+    assert np.count_nonzero(got.view(np.uint16) != ref.view(np.uint16)) < 20
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    out = np.empty(every.size, np.float32)
+    half.decode(every, out)
+    ref = every.astype(np.float32)
+    same = (out.view(np.uint32) == ref.view(np.uint32)) | (np.isnan(out) & np.isnan(ref))
+    assert same.all()
+    acc = np.ones(every.size, np.float32)
+    half.decode(every, acc, add=True)
+    finite = np.isfinite(ref)
+    assert np.array_equal(acc[finite], (ref + 1)[finite])
+
+
+def test_mean_into_float16_sums_in_float32():
+    parts = [np.full(300_000, v, np.float16) for v in (2048, 1, 1)]  # 2048 + 1 is not a float16
+    out = np.empty(300_000, np.float16)
+    mean_into(parts, [out], 1.0)
+    assert np.all(out == 2050)

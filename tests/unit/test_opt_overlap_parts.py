@@ -1,0 +1,110 @@
+"""The parts of overlap=True that need no MPI: the backward driver, bucket plans, config checks."""
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy as np
+import pytest
+
+from mnframe.config import compose as C
+from mnframe.config.errors import ConfigError
+from mnframe.config.validate import validate
+from mnframe.optimizers import early_backward
+from mnframe.optimizers.overlap import plan_buckets
+
+
+class Net(chainer.Chain):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.a = L.Linear(6, 8)
+            self.shared = L.Linear(8, 8)
+            self.out = L.Linear(8, 3)
+            self.unused = L.Linear(2, 2)
+
+    def forward(self, x, t):
+        h = F.relu(self.a(x))
+        h = self.shared(F.tanh(self.shared(h))) + h  # a weight used twice, a skip connection
+        return F.softmax_cross_entropy(self.out(h), t)
+
+
+def _grads(accumulate, driver, loss_scale=None):
+    np.random.seed(0)
+    model = Net()
+    x = np.random.standard_normal((4, 6)).astype(np.float32)
+    t = np.array([0, 1, 2, 1], np.int32)
+    finals = []
+    for _ in range(2 if accumulate else 1):
+        if not accumulate:
+            model.cleargrads()
+        loss = model(x, t)
+        if driver:
+            late = early_backward.backward(loss, loss_scale, finals.append)
+        else:
+            loss.backward(loss_scale=loss_scale)
+            late = None
+    return model, finals, late
+
+
+@pytest.mark.parametrize("accumulate", [False, True], ids=["cleargrads", "accumulating"])
+@pytest.mark.parametrize("loss_scale", [None, 8.0])
+def test_driver_gives_chainers_gradients_bitwise(accumulate, loss_scale):
+    ref, _, _ = _grads(accumulate, driver=False, loss_scale=loss_scale)
+    got, finals, late = _grads(accumulate, driver=True, loss_scale=loss_scale)
+    for (name, a), (_, b) in zip(sorted(ref.namedparams()), sorted(got.namedparams())):
+        assert (a.grad is None) == (b.grad is None), name
+        if a.grad is not None:
+            assert a.grad.tobytes() == b.grad.tobytes(), name
+        assert getattr(a, "_loss_scale", None) == getattr(b, "_loss_scale", None)
+    # handed over early: the last layers first; the shared weight only after its second use
+    names = {id(p): n for n, p in got.namedparams()}
+    order = [names[id(v)] for v in finals[-7:]]
+    assert order.index("/out/W") < order.index("/shared/W") < order.index("/a/W")
+    assert late == [] and "/unused/W" not in order
+
+
+def test_plan_buckets_caps_bytes_in_order():
+    sizes = {"a": 40, "b": 40, "c": 100, "d": 10}
+    assert plan_buckets(["d", "c", "b", "a"], sizes, 60) == (("d",), ("c",), ("b",), ("a",))
+    assert plan_buckets(["d", "b", "a", "c"], sizes, 100) == (("d", "b", "a"), ("c",))
+
+
+def _refused(*overrides):
+    with pytest.raises(ConfigError) as info:
+        validate(C.compose(list(overrides), ()), 1)
+    return str(info.value)
+
+
+def test_config_checks():
+    assert "set one of them" in _refused("optimizer.overlap=true", "optimizer.double_buffering=true")
+    assert "optimizer.bucket_cap_mb" in _refused("optimizer.overlap=true", "optimizer.bucket_cap_mb=0")
+    assert "overlap, which is off" in _refused("optimizer.bucket_cap_mb=4")
+    cfg = validate(C.compose(["optimizer.overlap=true", "optimizer.bucket_cap_mb=4"], ()), 1)
+    assert cfg.optimizer.overlap is True and cfg.optimizer.bucket_cap_mb == 4
+
+
+def test_an_op_of_another_thread_leaves_the_op_in_flight_alone():
+    """The overlap's thread communicates while the main thread waits in ``overlap:wait``: the op in
+    flight (what the collective deadlines watch) stays the main thread's."""
+    import threading
+
+    from mnframe.runtime import oplog
+
+    log = oplog.OpLog()
+    inside, release = threading.Event(), threading.Event()
+
+    def worker():
+        with log.op("bucket"):
+            inside.set()
+            release.wait(10)
+
+    with log.op("overlap:wait") as waiting:
+        t = threading.Thread(target=worker)
+        t.start()
+        inside.wait(10)
+        assert log.current is waiting
+        release.set()
+        t.join()
+        assert log.current is waiting
+    assert log.current is None
+    assert [r.name for r in log.history] == ["bucket", "overlap:wait"]
