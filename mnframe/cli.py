@@ -303,6 +303,9 @@ def train(argv: Sequence[str]) -> None:
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
+    from mnframe.runtime import slurm
+
+    slurm.check_world(world)  # srun's tasks that are not one MPI job: one line, not N lone trainings
     has_cuda = cuda_available()  # logging is set up per job (run_job): Hydra owns it until then
     if world.rank == 0:
         Leader(world, has_cuda).run(argv)
@@ -358,6 +361,9 @@ def _main(argv: Sequence[str]) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Entry point of ``python -m mnframe`` and the ``mnframe`` script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    from mnframe.runtime import slurm
+
+    slurm.prepare()  # before MPI starts (srun with the mpich wheel)
     if argv[:1] == ["doctor"]:
         from mnframe.doctor import main as doctor_main
 

@@ -167,7 +167,7 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0
 MinJobAge=30
-KillWait=10
+KillWait=30
 EOF
   for i in $(seq 1 "$NODES"); do
     echo "NodeName=node$i NodeAddr=$SUBNET.$i CPUs=$CPUS RealMemory=1000 State=UNKNOWN" >>"$STATE/slurm.conf"

@@ -89,7 +89,9 @@ def test_default_job_trains_across_two_nodes(cluster, tmp_path, ppn):
 
 def test_model_parallel_recipe_across_two_nodes(cluster, tmp_path):
     """Rank 0 (head, tail) on node1, rank 1 (middle) on node2: every step crosses the link twice."""
-    res = mnframe_job(cluster, tmp_path, "recipe=mnist_model_parallel", *LOG_EVERY_ITERATION, "trainer.stop=[8,iteration]", ppn=1)
+    res = mnframe_job(
+        cluster, tmp_path, "recipe=mnist_model_parallel", *LOG_EVERY_ITERATION, "trainer.stop=[8,iteration]", ppn=1
+    )
     assert not res.timed_out and res.returncode == 0, res.output[-4000:]
     assert log_iterations(tmp_path)[-1] == 8
 
@@ -97,7 +99,9 @@ def test_model_parallel_recipe_across_two_nodes(cluster, tmp_path):
 def test_dual_parallel_recipe_stage_replicas_on_different_nodes(cluster, tmp_path):
     """2 nodes x 2 ranks: model groups {0,1} on node1 and {2,3} on node2, so each stage's replicas
     (ranks 0 and 2, ranks 1 and 3) average their gradients across the nodes."""
-    res = mnframe_job(cluster, tmp_path, "recipe=mnist_dual_parallel", *LOG_EVERY_ITERATION, "trainer.stop=[8,iteration]", ppn=2)
+    res = mnframe_job(
+        cluster, tmp_path, "recipe=mnist_dual_parallel", *LOG_EVERY_ITERATION, "trainer.stop=[8,iteration]", ppn=2
+    )
     assert not res.timed_out and res.returncode == 0, res.output[-4000:]
     assert log_iterations(tmp_path)[-1] == 8
 

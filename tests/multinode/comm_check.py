@@ -2,6 +2,7 @@
 CPU communicator's multi_node_mean_grad against the exact mean, and scatter_dataset. Prints
 "COMM_CHECK OK <names>" on rank 0 when every check passed on every rank."""
 
+# ruff: noqa: I001 - mnframe first: it must be imported before chainer on NumPy 2
 import socket
 import sys
 
