@@ -9,6 +9,7 @@ network namespaces); elsewhere every test skips with the reason.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -205,3 +206,19 @@ def test_link_cut_ends_the_job_within_the_deadline_and_resumes_on_the_other_node
     assert took < DEADLINE + 20, f"job ended {took:.1f} s after the cut\n{res.output[-3000:]}"
     assert "collective timeout" in res.output and "rank 1" in res.output, res.output[-3000:]
     _resume_on_node1(cluster, tmp_path)
+
+
+# -- doctor ------------------------------------------------------------------------------------------
+
+
+def test_doctor_names_hosts_transport_and_measures_the_capped_link(cluster):
+    res = cluster.mpiexec(["-m", "mnframe", "doctor"], nodes=2, ppn=2, timeout=TIMEOUT, cwd=str(REPO))
+    assert not res.timed_out and res.returncode == 0, res.output[-4000:]
+    out = res.stdout
+    assert "2 host(s): node1: ranks [0, 1]; node2: ranks [2, 3]" in out, out
+    assert "transport: between nodes: MPICH ch4 netmod ofi" in out and "node2: eth0" in out, out
+    between = re.search(r"bandwidth between nodes: rank 0 \(node1\) <-> rank 2 \(node2\): .*\(([\d.]+) Gbit/s", out)
+    within = re.search(r"bandwidth within a node: rank 0 \(node1\) <-> rank 1 \(node1\): .*\(([\d.]+) Gbit/s", out)
+    assert between and within, out
+    print(f"doctor: between nodes {between.group(1)} Gbit/s (link capped at 1 Gbit/s), within {within.group(1)}")
+    assert 0.05 < float(between.group(1)) <= 1.1, out  # the tbf cap holds
