@@ -303,9 +303,6 @@ def train(argv: Sequence[str]) -> None:
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
-    from mnframe.runtime import slurm
-
-    slurm.check_world(world)  # srun's tasks that are not one MPI job: one line, not N lone trainings
     has_cuda = cuda_available()  # logging is set up per job (run_job): Hydra owns it until then
     if world.rank == 0:
         Leader(world, has_cuda).run(argv)
@@ -369,6 +366,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
         sys.exit(doctor_main(argv[1:]))
     check_environment(argv)
+    if not parse_own_flags(argv)[0].check:
+        from mpi4py import MPI  # started by check_environment
+
+        slurm.check_world(MPI.COMM_WORLD)  # srun's tasks that are not one MPI job: one line, not N lone trainings
     from mnframe.runtime.guard import run_main
 
     sys.exit(run_main(_main, argv))
