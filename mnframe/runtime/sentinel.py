@@ -9,9 +9,9 @@ writes one byte into the pipe: the sentinel exits silently. If the pipe closes
 without that byte, the sentinel reads the dead rank's exit status from
 ``/proc/<pid>/stat`` (its exit code, set as the exit starts, readable until
 the launcher reaps it) and, when the rank exited with a
-status, writes "mnframe: rank R (pid P on host H) exited with status N
-without running its exit handlers ..." (killed by a signal: "... was killed by
-signal S"; mpiexec names only the pid and host) to the launcher's stderr (the stderr of the rank's parent,
+status (not killed by a signal: mpiexec names those itself), writes
+"mnframe: rank R (pid P on host H) exited with status N without running its
+exit handlers ..." to the launcher's stderr (the stderr of the rank's parent,
 the MPI process manager, opened when the sentinel starts). Linux only; off with
 ``MNFRAME_NO_GUARD=1``.
 """
@@ -46,15 +46,11 @@ while time.monotonic() < end:  # the kernel sets exit_code first thing in exit: 
     if len(fields) > 49 and (int(fields[49]) or fields[0] in "ZX"):
         status = int(fields[49])
         break
-if status is None:
-    sys.exit(0)  # gone before we looked
-if status & 0x7F:  # mpiexec names the pid and host of a rank killed by a signal, not the rank
-    text = (f"\nmnframe: rank {rank} (pid {pid} on host {host}) was killed by signal {status & 0x7F}; "
-            f"mpiexec ends the job.\n")
-else:
-    text = (f"\nmnframe: rank {rank} (pid {pid} on host {host}) exited with status {status >> 8} without running "
-            f"its exit handlers (os._exit, MPI_Abort called outside mnframe, or an exit from native code); "
-            f"mpiexec ends the job with that status.\n")
+if status is None or status & 0x7F:
+    sys.exit(0)  # gone before we looked, or killed by a signal (mpiexec reports those)
+text = (f"\nmnframe: rank {rank} (pid {pid} on host {host}) exited with status {status >> 8} without running "
+        f"its exit handlers (os._exit, MPI_Abort called outside mnframe, or an exit from native code); "
+        f"mpiexec ends the job with that status.\n")
 try:
     out.write(text)
     out.flush()
