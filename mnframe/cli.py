@@ -400,11 +400,18 @@ def _subcommand(module: str, argv: Sequence[str]) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Entry point of ``python -m mnframe`` and the ``mnframe`` script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    from mnframe.runtime import slurm
+
+    slurm.prepare()  # before MPI starts (srun with the mpich wheel)
     if argv[:1] == ["doctor"]:
         from mnframe.doctor import main as doctor_main
 
         sys.exit(doctor_main(argv[1:]))
     check_environment(argv)
+    if not parse_own_flags(argv)[0].check:
+        from mpi4py import MPI  # started by check_environment
+
+        slurm.check_world(MPI.COMM_WORLD)  # srun's tasks that are not one MPI job: one line, not N lone trainings
     from mnframe.runtime.guard import run_main
 
     if argv[:1] and argv[0] in SUBCOMMANDS:

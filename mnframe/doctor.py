@@ -12,7 +12,8 @@ any step failed. Steps, in the order of the spec's checklist:
 4. CuPy, CUDA, NCCL and cuDNN presence and versions (fixes name the packages for the
    CUDA of the CuPy installed; CuPy 14 has no cuDNN: which CuPy line keeps it);
 5. whether MPI is CUDA-aware (Open MPI reports it; others: a hint);
-6. a short allreduce bandwidth check.
+6. a short allreduce bandwidth check;
+7. the transport between nodes and the bandwidth between and within nodes (mnframe.doctor_nodes).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
+
+from mnframe import doctor_nodes
 
 # launcher environment variables -> what they say about the world size
 LAUNCHER_SIZE_VARS = (
@@ -273,6 +276,8 @@ STEPS: List[Callable] = [
     lambda mpi: check_cuda(),
     check_cuda_aware_mpi,
     check_bandwidth,
+    doctor_nodes.check_transport,
+    doctor_nodes.check_node_bandwidth,
 ]
 
 

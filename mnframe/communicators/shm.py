@@ -9,6 +9,8 @@ before reading peers' data and before returning (so no rank reuses its segment
 while a peer still reads it).
 """
 
+import itertools
+
 import numpy as np
 from mpi4py import MPI
 
@@ -34,6 +36,8 @@ class SharedSegments(Buffer):
             self.segments.append(np.frombuffer(mem, dtype=np.uint8, count=size))
         super().__init__(self.segments[intra_comm.rank])
         self.peer_groups = None
+        self._seq = next(_seq)
+        _live[self._seq] = self
 
     def peer_group_arrays(self, layout):
         """[rank][group] typed arrays of every node rank's segment."""
@@ -42,10 +46,27 @@ class SharedSegments(Buffer):
         return self.peer_groups
 
     def free(self):
+        if _live.pop(self._seq, None) is None:
+            return  # freed already
         self.segments = self.peer_groups = self.views = self.groups = self.buf = None
         self.win.Unlock_all()
         with oplog.op("shm:free"):
             self.win.Free()
+
+
+_live = {}  # creation number -> SharedSegments not freed yet (strong: a dropped communicator's window stays open too)
+_seq = itertools.count()
+
+
+def free_all():
+    """Free every shared window still open, in creation order (collective over each node).
+
+    Called at exit once every rank got there (``runtime.watchdog``): MPICH's OFI netmod
+    fails ``MPI_Finalize`` ("fabricclose failed ... Device or resource busy") while a
+    window is still open, which turned a finished job's exit status into 15.
+    """
+    for key in sorted(_live):
+        _live[key].free()
 
 
 class ShmReducer(GradReducer):

@@ -528,4 +528,7 @@ def _announce_exit_at_exit():
         return
     wd.announce_exit()
     wd.wait_for_everyone(exit_timeout())
+    shm = sys.modules.get("mnframe.communicators.shm")
+    if shm is not None:
+        shm.free_all()  # every rank is here: collective frees are safe (OFI's MPI_Finalize needs them)
     sentinel.explained()  # every rank got here: what follows is MPI_Finalize

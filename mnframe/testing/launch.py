@@ -69,6 +69,13 @@ def run_mpi(args, n, timeout=120, env=None, cwd=None, python=True, signal_after=
             full_env.pop(key, None)
         else:
             full_env[key] = value
+    return run_command(cmd, full_env, timeout=timeout, cwd=cwd, signal_after=signal_after)
+
+
+def run_command(cmd, env, timeout=120, cwd=None, signal_after=None):
+    """Run ``cmd`` (a launcher's argv) in a session of its own with environment ``env``; the
+    MpiResult. The process group is killed at the end (simulated-cluster runs use it too)."""
+    full_env = env
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd, start_new_session=True
