@@ -290,7 +290,9 @@ class Leader:
     def run(self, argv: Sequence[str]) -> None:
         from mnframe import tune
         from mnframe.config.compose import run_hydra
+        from mnframe.runtime import run_lock
 
+        run_lock.new_command()
         try:
             run_hydra(argv, self.task)
         except Exception as error:

@@ -517,4 +517,6 @@ def test_kill_during_checkpoint_and_corruption_fall_back(job, tmp_path):
     assert result.returncode == 0, result.output[-3000:]
     assert "world size 2 -> 3: data re-sharded" in result.stderr
     assert [_done(tmp_path, r)["iteration"] for r in range(3)] == [24, 24, 24]
-    assert _done(tmp_path, 2)["resumed_from"] == "iter_00000020"
+    # the run to 22 ended with a checkpoint of its last iteration; the damaged one was moved aside
+    assert _done(tmp_path, 2)["resumed_from"] == "iter_00000022"
+    assert (ckpts / "iter_00000020.damaged" / "rank_00001.npz").read_bytes() == bytes(data)

@@ -66,6 +66,11 @@ def acquire(run_dir) -> Optional[str]:
     return None
 
 
+def new_command() -> None:
+    """A new command line starts (``cli.train``): the jobs of an earlier one were another sweep."""
+    _used.clear()
+
+
 def owns(run_dir) -> bool:
     """Whether this process runs the job of ``run_dir`` (it may write there)."""
     return _key(run_dir) in _held
