@@ -180,9 +180,11 @@ def _resume_on_node1(cluster, tmp_path):
     saved = sorted(p.parent.name for p in (tmp_path / "checkpoints").glob("iter_*/manifest.json"))
     assert saved, "no complete checkpoint left"
     last = int(saved[-1].split("_")[1])
-    res = mnframe_job(cluster, tmp_path, *SMALL, "trainer.stop=[40,iteration]", "checkpoint.interval=5", nodes=1)
+    stop = last + 20  # how far the lost job got depends on the machine's speed: go on 20 past its checkpoint
+    res = mnframe_job(cluster, tmp_path, *SMALL, f"trainer.stop=[{stop},iteration]", "checkpoint.interval=5", nodes=1)
     assert not res.timed_out and res.returncode == 0, res.output[-4000:]
-    assert log_iterations(tmp_path)[-1] == 40
+    assert f"{saved[-1]} (iteration {last})" in res.output, res.output[-4000:]  # "resumed from .../iter_N (iteration N)"
+    assert log_iterations(tmp_path)[-1] == stop
     assert (tmp_path / "model.npz").exists()
     return last
 
