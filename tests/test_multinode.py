@@ -183,7 +183,9 @@ def _resume_on_node1(cluster, tmp_path):
     stop = last + 20  # how far the lost job got depends on the machine's speed: go on 20 past its checkpoint
     res = mnframe_job(cluster, tmp_path, *SMALL, f"trainer.stop=[{stop},iteration]", "checkpoint.interval=5", nodes=1)
     assert not res.timed_out and res.returncode == 0, res.output[-4000:]
-    assert f"{saved[-1]} (iteration {last})" in res.output, res.output[-4000:]  # "resumed from .../iter_N (iteration N)"
+    assert f"{saved[-1]} (iteration {last})" in res.output, res.output[
+        -4000:
+    ]  # "resumed from .../iter_N (iteration N)"
     assert log_iterations(tmp_path)[-1] == stop
     assert (tmp_path / "model.npz").exists()
     return last
