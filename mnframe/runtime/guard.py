@@ -140,19 +140,29 @@ def config_error_exit(exc):
         _write(line)
         _flush_all()
         os._exit(status)
-    world = mpi.COMM_WORLD
-    req = world.Ibarrier()
-    timeout = agree_timeout(exc)
-    deadline = time.monotonic() + (timeout or float("inf"))
-    while not req.Test():
-        if time.monotonic() > deadline:
-            abort(status, f"mnframe: {label} on {where()} (the other ranks did not report it):\n{exc}")
-        time.sleep(0.01)
-    if world.Get_rank() == 0:
+    _meet_the_others(
+        mpi, agree_timeout(exc), status, f"mnframe: {label} on {where()} (the other ranks did not report it):\n{exc}"
+    )
+    if mpi.COMM_WORLD.Get_rank() == 0:
         _write(line)
     _flush_all()
     _sentinel_explained()
-    # Every rank got here: a clean finalize is possible, so no abort noise.
+    _finalize_and_exit(mpi, status)
+
+
+def _meet_the_others(mpi, timeout, status, abort_message=None):
+    """Wait (a non-blocking barrier) until every rank ends the same way; abort with ``status``
+    when some rank does not get here within ``timeout`` s (None: no limit)."""
+    req = mpi.COMM_WORLD.Ibarrier()
+    deadline = time.monotonic() + (timeout or float("inf"))
+    while not req.Test():
+        if time.monotonic() > deadline:
+            abort(status, abort_message)
+        time.sleep(0.01)
+
+
+def _finalize_and_exit(mpi, status):
+    """Every rank got here: a clean finalize is possible, so no abort noise."""
     _stop_watchdog()
     try:
         mpi.Finalize()
@@ -200,18 +210,8 @@ def out_of_memory_exit(exc, tb):
     mpi = _mpi()
     if mpi is None or mpi.COMM_WORLD.Get_size() == 1:
         os._exit(status)
-    req = mpi.COMM_WORLD.Ibarrier()
-    deadline = time.monotonic() + CONFIG_AGREE_TIMEOUT_S
-    while not req.Test():
-        if time.monotonic() > deadline:
-            abort(status)  # the line is out; the other ranks are stuck elsewhere
-        time.sleep(0.01)
-    _stop_watchdog()
-    try:
-        mpi.Finalize()
-    except Exception:
-        pass
-    os._exit(status)
+    _meet_the_others(mpi, CONFIG_AGREE_TIMEOUT_S, status)  # the line is out: no message if they are stuck
+    _finalize_and_exit(mpi, status)
 
 
 def handle_uncaught(exc_type, exc, tb, kind="uncaught exception"):
