@@ -104,13 +104,11 @@ def evaluate(world, args: argparse.Namespace, has_cuda: bool) -> Optional[Dict]:
 
     import mnframe
     from mnframe.builder.data import per_rank_batch_size
-    from mnframe.trained import build_trained, shard_bounds
+    from mnframe.trained import open_run, shard_bounds
     from mnframe.utils.collectives import allgather_obj
 
     run_dir = os.path.abspath(args.run_dir)
-    trained = build_trained(world, run_dir, args.overrides, args.checkpoint, has_cuda)
-    if "main" not in trained.models:
-        raise ConfigError(f"evaluate runs the model named main; this recipe's models are {', '.join(trained.models)}")
+    trained = open_run(world, args, has_cuda, "evaluate")
     cfg, comms = trained.cfg, trained.comms
     data = split_of(cfg, comms.world, args.split)
     begin, end = shard_bounds(len(data), comms.data)

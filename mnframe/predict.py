@@ -31,6 +31,7 @@ import numpy as np
 
 from mnframe.evaluate import _Parser
 from mnframe.runtime.errors import ConfigError
+from mnframe.utils.fs import atomic_path
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 OUT_SUFFIXES = (".npz", ".csv")
@@ -182,9 +183,14 @@ def forward(predictor, x: Optional[np.ndarray], n: int, batch_size: int, device,
 def write(path: str, ids: np.ndarray, y: np.ndarray) -> None:
     label = y.argmax(axis=1) if y.ndim == 2 and y.shape[1] > 1 and y.dtype.kind == "f" else None
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    if path.endswith(".csv"):
+    with atomic_path(path) as tmp:  # an interruption never leaves half a file
+        _write_table(tmp, path.endswith(".csv"), ids, y, label)
+
+
+def _write_table(tmp, as_csv, ids, y, label):
+    if as_csv:
         flat = y.reshape(len(y), -1)
-        with open(path, "w", newline="") as f:
+        with open(tmp, "w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(
                 ["id"] + (["label"] if label is not None else []) + [f"y_{i}" for i in range(flat.shape[1])]
@@ -197,19 +203,18 @@ def write(path: str, ids: np.ndarray, y: np.ndarray) -> None:
         arrays = {"ids": ids, "y": y}
         if label is not None:
             arrays["label"] = label
-        np.savez(path, **arrays)
+        with open(tmp, "wb") as f:  # a file object: savez would add ".npz" to the temporary name
+            np.savez(f, **arrays)
 
 
 def predict(world, args: argparse.Namespace, has_cuda: bool) -> Optional[str]:
     """Predict on every rank; rank 0 writes the file and returns its path."""
     from mnframe.evaluate import split_of
-    from mnframe.trained import build_trained, first_error, shard_bounds
+    from mnframe.trained import first_error, open_run, shard_bounds
     from mnframe.utils.collectives import allgather_obj
 
     run_dir = os.path.abspath(args.run_dir)
-    trained = build_trained(world, run_dir, args.overrides, args.checkpoint, has_cuda)
-    if "main" not in trained.user:
-        raise ConfigError(f"predict runs the model named main; this recipe's models are {', '.join(trained.user)}")
+    trained = open_run(world, args, has_cuda, "predict")
     cfg, comms = trained.cfg, trained.comms
     example = split_of(cfg, comms.world, "test")[0]
     example = example[0] if isinstance(example, tuple) else example

@@ -215,6 +215,15 @@ def build_trained(world, run_dir: str, overrides: Sequence[str], checkpoint: Opt
     return Trained(cfg, config, comms, device, models, user, rank_plan(cfg, comms), label)
 
 
+def open_run(world, args, has_cuda: bool, command: str) -> Trained:
+    """``build_trained`` for a command on ``args.run_dir`` (evaluate, predict), which runs the model
+    named ``main``: ConfigError on every rank when the recipe has none."""
+    trained = build_trained(world, os.path.abspath(args.run_dir), args.overrides, args.checkpoint, has_cuda)
+    if "main" not in trained.user:
+        raise ConfigError(f"{command} runs the model named main; this recipe's models are {', '.join(trained.user)}")
+    return trained
+
+
 def shard_bounds(n: int, comm) -> List[int]:
     """[begin, end) of this data-parallel rank's contiguous, in-order shard of ``n`` examples."""
     import mnframe
