@@ -396,13 +396,21 @@ def _main(argv: Sequence[str]) -> None:
 
 
 # ``python -m mnframe <name> ...``: the module whose ``run(argv)`` runs it, under the guard
-SUBCOMMANDS = {"evaluate": "mnframe.evaluate", "predict": "mnframe.predict"}
+SUBCOMMANDS = {"evaluate": ("mnframe.evaluate", "evaluate"), "predict": ("mnframe.predict", "predict")}
 
 
-def _subcommand(module: str, argv: Sequence[str]) -> None:
+def _subcommand(target, argv: Sequence[str]) -> None:
+    """A command on a trained run (``target``: module and function), under the guard: a bad input
+    exits 2 with one line on every rank."""
     import importlib
 
-    importlib.import_module(module).run(argv)
+    from mpi4py import MPI
+
+    module, name = target
+    command = importlib.import_module(module)
+    world = MPI.COMM_WORLD
+    setup_logging(world.rank, world.size)
+    getattr(command, name)(world, command.parse_args(argv), cuda_available())
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

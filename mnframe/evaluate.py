@@ -140,14 +140,3 @@ def evaluate(world, args: argparse.Namespace, has_cuda: bool) -> Optional[Dict]:
     )
     sys.stdout.flush()
     return record
-
-
-def run(argv: Sequence[str]) -> None:
-    """The subcommand, under the CLI's guard: exit 2 with one line for a bad input, on every rank."""
-    from mpi4py import MPI
-
-    from mnframe.cli import cuda_available, setup_logging
-
-    world = MPI.COMM_WORLD
-    setup_logging(world.rank, world.size)
-    evaluate(world, parse_args(argv), cuda_available())

@@ -244,14 +244,3 @@ def predict(world, args: argparse.Namespace, has_cuda: bool) -> Optional[str]:
     print(f"predicted {len(y)} example(s) of {args.input} with {run_dir} ({trained.source}): written to {out}")
     sys.stdout.flush()
     return out
-
-
-def run(argv: Sequence[str]) -> None:
-    """The subcommand, under the CLI's guard: exit 2 with one line for a bad input, on every rank."""
-    from mpi4py import MPI
-
-    from mnframe.cli import cuda_available, setup_logging
-
-    world = MPI.COMM_WORLD
-    setup_logging(world.rank, world.size)
-    predict(world, parse_args(argv), cuda_available())
