@@ -15,13 +15,15 @@ exit handlers ..." to the launcher's stderr (the stderr of the rank's parent,
 the MPI process manager, opened when the sentinel starts). A rank killed by
 SIGKILL is reported when the kernel's out-of-memory killer ran meanwhile (the
 ``oom_kill`` count of ``/proc/vmstat`` rose since the sentinel started; once per
-job and node, since mpiexec then SIGKILLs the other ranks too), and, where that
+job and node, naming the rank whose death its sentinel noticed first, since mpiexec
+then SIGKILLs the other ranks too), and, where that
 count cannot be read, as "often the kernel's out-of-memory killer". Linux only;
 off with ``MNFRAME_NO_GUARD=1``.
 """
 
 import inspect
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -44,12 +46,18 @@ try:  # opened now: the launcher may be gone by the time there is something to s
 except OSError:
     sys.exit(0)
 oom_before = None if sys.argv[6] == "-" else int(sys.argv[6])  # read by the rank as it started us
+try:  # tell the rank we are listening (wait_ready): from now on "noticed" is the rank's time of death
+    os.write(1, b"r")
+    os.close(1)
+except OSError:
+    pass
 try:
     explained = os.read(0, 1)
 except OSError:
     explained = b""
 if explained:
     sys.exit(0)
+noticed = time.monotonic_ns()  # the pipe closed as the rank died: earlier for the first rank to die
 status = None
 end = time.monotonic() + 0.5
 while time.monotonic() < end:  # the kernel sets exit_code first thing in exit: readable until reaped
@@ -64,9 +72,15 @@ while time.monotonic() < end:  # the kernel sets exit_code first thing in exit: 
 oom_after = oom_kills(sys.argv[5])
 killed = status is not None and status & 0x7F == 9  # SIGKILL: mpiexec names the signal, not why
 if (oom_before is not None and oom_after is not None and oom_after > oom_before) or (killed and oom_before is None):
-    marker = f"/tmp/mnframe-oom-{launcher}-{oom_after}"
-    try:  # one report per job and node: the ranks mpiexec kills next see the same count
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    # One report per job and node, naming the rank that died first: the ranks mpiexec kills next
+    # see the same count, so each sentinel enters its notice time and only the earliest speaks.
+    ballot = f"/tmp/mnframe-oom-{launcher}-{oom_after}"
+    try:
+        os.makedirs(ballot, mode=0o700, exist_ok=True)
+        os.close(os.open(f"{ballot}/{noticed:020d}-{rank}", os.O_CREAT | os.O_WRONLY, 0o600))
+        time.sleep(0.3)  # the others killed in the same cleanup enter theirs meanwhile
+        if min(os.listdir(ballot)) != f"{noticed:020d}-{rank}":
+            sys.exit(0)
     except OSError:
         sys.exit(0)
     if oom_before is None:
@@ -79,12 +93,17 @@ if (oom_before is not None and oom_after is not None and oom_after > oom_before)
         out.write(f"\nmnframe: rank {rank} (pid {pid} on host {host}) {how}; {why}. `dmesg` or "
                   f"`journalctl -k` names the process it killed; lower the memory per rank "
                   f"(dataset.batch_size, the model's size) or run fewer ranks per node.\n")
-        out.flush()
+        out.close()  # the launcher's stderr: whoever reads it to its end need not wait for us
     except OSError:
         pass
     time.sleep(3)
+    for entry in os.listdir(ballot):
+        try:
+            os.unlink(f"{ballot}/{entry}")
+        except OSError:
+            pass
     try:
-        os.unlink(marker)
+        os.rmdir(ballot)
     except OSError:
         pass
     sys.exit(0)
@@ -141,7 +160,7 @@ def start(rank):
                 str(oom_before) if oom_before is not None else "-",
             ],
             stdin=read_end,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             close_fds=True,
             start_new_session=True,
@@ -153,6 +172,22 @@ def start(rank):
         os.close(read_end)
     _state["fd"] = write_end
     return True
+
+
+def wait_ready(timeout=2.0):
+    """Wait (at most ``timeout`` s) until the sentinel listens, so that it notices this rank's death
+    as it happens; the rank started it first and did other start-up work meanwhile."""
+    proc = _state["proc"]
+    if proc is None or proc.stdout is None:
+        return
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        if ready:
+            proc.stdout.read(1)
+    except (OSError, ValueError):
+        pass
+    finally:
+        proc.stdout.close()
 
 
 def explained():

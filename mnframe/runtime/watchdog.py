@@ -498,12 +498,15 @@ def exit_report(summaries, finished, size, rank, timeout, directory):
 def start(mpi_comm):
     """Start this process's watchdog on ``mpi_comm`` (collective; once per process)."""
     if _active["watchdog"] is None:
+        from mnframe.runtime import sentinel
+
+        several = mpi_comm.Get_size() > 1
+        if several:
+            sentinel.start(mpi_comm.Get_rank())  # its interpreter starts while the watchdog does
         _active["watchdog"] = Watchdog(mpi_comm).start()
         atexit.register(_announce_exit_at_exit)
-        if mpi_comm.Get_size() > 1:
-            from mnframe.runtime import sentinel
-
-            sentinel.start(mpi_comm.Get_rank())
+        if several:
+            sentinel.wait_ready()
     return _active["watchdog"]
 
 
