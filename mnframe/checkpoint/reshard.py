@@ -1,0 +1,119 @@
+"""Resume on any world size the topology fits: which old file each rank loads, checked first.
+
+Before anything is loaded (every rank decides the same from the same manifest):
+
+* the rank graph must be the one the checkpoint was written with (``layout.graph_digest``),
+  unless ``checkpoint.allow_unsafe_config_change`` is set;
+* the world size must hold the checkpoint's stages (a multiple of them, at least as many);
+* at another world size, each rank loads the file of a rank of its own stage (``layout.sources``),
+  so the replicas of one stage must hold the same state: the model parameters and optimizer
+  state (``STATE_PREFIXES``) of every old file of a stage with several replicas are hashed
+  (the files shared round-robin over the ranks) and a stage whose replicas differ is refused
+  on every rank (``ResumeFailed``, status 1; resuming at the old world size still works).
+
+A refused layout or graph is a ConfigError (status 2): one line naming the old and new layouts.
+"""
+
+import hashlib
+import os
+
+from mnframe.checkpoint import layout as layouts
+from mnframe.checkpoint.manifest import outside_problem
+from mnframe.runtime.errors import ConfigError, ResumeFailed
+from mnframe.utils import collectives
+from mnframe.utils.safe_npz import SafeNpz, UnsafeFile
+
+STATE_PREFIXES = ("updater/model:", "updater/optimizer:")  # what the replicas of a stage share
+
+
+def state_digest(path):
+    """SHA-256 over the names, dtypes, shapes and bytes of ``path``'s model and optimizer arrays."""
+    h = hashlib.sha256()
+    with SafeNpz(path) as npz:
+        for key in sorted(k for k in npz.files if k.startswith(STATE_PREFIXES)):
+            value = npz[key]
+            h.update(f"{key}|{value.dtype.str}|{value.shape}\n".encode())
+            h.update(value.tobytes())
+    return h.hexdigest()
+
+
+def _check_replicas(comm, directory, name, old):
+    """Refuse (on every rank) a checkpoint whose replicas of one stage hold different state."""
+    stages = {}
+    for fname, where in old["files"].items():
+        stages.setdefault(where["stage"], []).append(fname)
+    todo = sorted(f for files in stages.values() if len(files) > 1 for f in files)
+    mine = todo[comm.rank :: comm.size]
+    digests, err, unsafe = {}, None, None
+    for fname in mine:
+        try:
+            problem = outside_problem(directory, fname)
+            if problem:
+                unsafe = problem
+                break
+            digests[fname] = state_digest(os.path.join(directory, fname))
+        except UnsafeFile as exc:
+            unsafe = str(exc)
+            break
+        except Exception as exc:
+            err = f"could not read {os.path.join(directory, fname)}: {type(exc).__name__}: {exc}"
+            break
+    parts = collectives.allgather_obj(comm, (digests, err, unsafe), name="checkpoint.replicas")
+    refused = list(dict.fromkeys(u for _, _, u in parts if u))
+    if refused:
+        raise UnsafeFile("; ".join(refused))
+    collectives.share_verdict(comm, err, f"checking the replicas of checkpoint {name}", ResumeFailed)
+    found = {}
+    for part, _, _ in parts:
+        found.update(part)
+    for stage, files in sorted(stages.items()):
+        distinct = sorted({found[f] for f in files if f in found})
+        if len(distinct) > 1:
+            a = sorted(f for f in files if found.get(f) == distinct[0])
+            b = sorted(f for f in files if found.get(f) != distinct[0])
+            raise ResumeFailed(
+                f"checkpoint {directory}: the replicas of stage {stage} hold different parameters or "
+                f"optimizer state ({', '.join(a)} differ from {', '.join(b)}), so it cannot be resumed "
+                f"on another world size (which replica would be right?); resume it on "
+                f"{len(old['files'])} ranks, where every rank loads its own file"
+            )
+
+
+def plan(comm, directory, name, manifest, new, allow_unsafe=False):
+    """The file this rank loads from checkpoint ``name`` and the resize note ('' at the same
+    world size); raises the same error on every rank when the layouts do not fit."""
+    old = layouts.layout_of(manifest)
+    then, now = layouts.describe(old), layouts.describe(new)
+    same_graph = old.get("graph_digest") == new.get("graph_digest")
+    if not same_graph and not allow_unsafe:
+        raise ConfigError(
+            f"checkpoint {name} was written by {then}, this run is {now}: the rank graph (topology) "
+            f"changed. Restore the topology, start a new run directory, or set "
+            f"checkpoint.allow_unsafe_config_change=true"
+        )
+    stages = old["stages"] if same_graph else new["stages"]
+    problem = layouts.fit_problem(stages, comm.size)
+    if problem:
+        raise ConfigError(
+            f"checkpoint {name} ({then}, {manifest.world_size} ranks) cannot be resumed on {comm.size} "
+            f"ranks: {problem}; run it on a multiple of {stages} ranks (e.g. mpiexec -n {manifest.world_size})"
+        )
+    sources = layouts.sources(old, new)
+    missing = sorted(r for r, f in sources.items() if f is None or f not in manifest.files)
+    if missing:  # only after an allowed graph change
+        raise ResumeFailed(
+            f"checkpoint {name} ({then}) has no file for the stage of rank(s) {missing} of this run ({now})"
+        )
+    if manifest.world_size == comm.size:
+        return sources[comm.rank], ""
+    _check_replicas(comm, directory, name, old)
+    note = (
+        f"world size {manifest.world_size} -> {comm.size}: data re-sharded, iterators restart their epoch, "
+        f"per-rank random states not restored"
+    )
+    if old["kind"] == "model_parallel" or new["kind"] == "model_parallel":
+        short = f"{layouts.describe(old, graph=False)} -> {layouts.describe(new, graph=False)}"
+        note += f"; {short}: each rank loaded its stage's state from a rank of that stage"
+    if len(old["files"]) > old["stages"]:
+        note += " (the old replicas of each stage held equal parameters)"
+    return sources[comm.rank], note
