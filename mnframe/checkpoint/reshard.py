@@ -82,7 +82,7 @@ def _check_replicas(comm, directory, name, old):
 def plan(comm, directory, name, manifest, new, allow_unsafe=False):
     """The file this rank loads from checkpoint ``name`` and the resize note ('' at the same
     world size); raises the same error on every rank when the layouts do not fit."""
-    old = layouts.layout_of(manifest)
+    old, size = layouts.layout_of(manifest), len(new["files"])  # size: this run's world size
     then, now = layouts.describe(old), layouts.describe(new)
     same_graph = old.get("graph_digest") == new.get("graph_digest")
     if not same_graph and not allow_unsafe:
@@ -92,10 +92,10 @@ def plan(comm, directory, name, manifest, new, allow_unsafe=False):
             f"checkpoint.allow_unsafe_config_change=true"
         )
     stages = old["stages"] if same_graph else new["stages"]
-    problem = layouts.fit_problem(stages, comm.size)
+    problem = layouts.fit_problem(stages, size)
     if problem:
         raise ConfigError(
-            f"checkpoint {name} ({then}, {manifest.world_size} ranks) cannot be resumed on {comm.size} "
+            f"checkpoint {name} ({then}, {manifest.world_size} ranks) cannot be resumed on {size} "
             f"ranks: {problem}; run it on a multiple of {stages} ranks (e.g. mpiexec -n {manifest.world_size})"
         )
     sources = layouts.sources(old, new)
@@ -104,11 +104,11 @@ def plan(comm, directory, name, manifest, new, allow_unsafe=False):
         raise ResumeFailed(
             f"checkpoint {name} ({then}) has no file for the stage of rank(s) {missing} of this run ({now})"
         )
-    if manifest.world_size == comm.size:
+    if manifest.world_size == size:
         return sources[comm.rank], ""
     _check_replicas(comm, directory, name, old)
     note = (
-        f"world size {manifest.world_size} -> {comm.size}: data re-sharded, iterators restart their epoch, "
+        f"world size {manifest.world_size} -> {size}: data re-sharded, iterators restart their epoch, "
         f"per-rank random states not restored"
     )
     if old["kind"] == "model_parallel" or new["kind"] == "model_parallel":
