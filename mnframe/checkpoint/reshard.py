@@ -6,9 +6,10 @@ Before anything is loaded (every rank decides the same from the same manifest):
   unless ``checkpoint.allow_unsafe_config_change`` is set;
 * the world size must hold the checkpoint's stages (a multiple of them, at least as many);
 * at another world size, each rank loads the file of a rank of its own stage (``layout.sources``),
-  so the replicas of one stage must hold the same state: the model parameters and optimizer
-  state (``STATE_PREFIXES``) of every old file of a stage with several replicas are hashed
-  (the files shared round-robin over the ranks) and a stage whose replicas differ is refused
+  so the replicas of one stage must hold the same state: the parameters and optimizer state
+  of every old file of a stage with several replicas are hashed (each stage's files shared over
+  the new ranks of that stage; running statistics such as BatchNormalization's are not compared,
+  data-parallel replicas compute their own) and a stage whose replicas differ is refused
   on every rank (``ResumeFailed``, status 1; resuming at the old world size still works).
 
 A refused layout or graph is a ConfigError (status 2): one line naming the old and new layouts.
@@ -23,27 +24,61 @@ from mnframe.runtime.errors import ConfigError, ResumeFailed
 from mnframe.utils import collectives
 from mnframe.utils.safe_npz import SafeNpz, UnsafeFile
 
-STATE_PREFIXES = ("updater/model:", "updater/optimizer:")  # what the replicas of a stage share
+MODEL_PREFIX, OPTIMIZER_PREFIX = "updater/model:", "updater/optimizer:"
 
 
-def state_digest(path):
-    """SHA-256 over the names, dtypes, shapes and bytes of ``path``'s model and optimizer arrays."""
+def param_keys(trainer):
+    """The archive keys of the trainer's parameters (``updater/model:<name><path>``), or None when
+    its updater has no optimizers to ask. Persistent values (BatchNormalization's running
+    statistics) are left out: each data-parallel replica computes its own."""
+    try:
+        optimizers = trainer.updater.get_all_optimizers()
+    except Exception:
+        return None
+    return {
+        f"{MODEL_PREFIX}{name}{path}"
+        for name, opt in optimizers.items()
+        if getattr(opt, "target", None) is not None
+        for path, _ in opt.target.namedparams()
+    }
+
+
+def state_digest(path, params=None):
+    """SHA-256 over the names, dtypes, shapes and bytes of ``path``'s optimizer arrays and its
+    parameter arrays (``params``: their keys; None, or none of them in the file: every
+    ``updater/model:`` array)."""
     h = hashlib.sha256()
     with SafeNpz(path) as npz:
-        for key in sorted(k for k in npz.files if k.startswith(STATE_PREFIXES)):
+        model = [k for k in npz.files if k.startswith(MODEL_PREFIX)]
+        chosen = [k for k in model if params is None or k in params] or model  # none named: compare all
+        keys = chosen + [k for k in npz.files if k.startswith(OPTIMIZER_PREFIX)]
+        for key in sorted(keys):
             value = npz[key]
             h.update(f"{key}|{value.dtype.str}|{value.shape}\n".encode())
             h.update(value.tobytes())
     return h.hexdigest()
 
 
-def _check_replicas(comm, directory, name, old):
-    """Refuse (on every rank) a checkpoint whose replicas of one stage hold different state."""
+def _mine(comm, old, new):
+    """{old stage: its files} of the stages with several replicas, and the files this rank hashes:
+    a stage's files are shared over the new ranks of that stage (which know its parameters)."""
     stages = {}
-    for fname, where in old["files"].items():
+    for fname, where in sorted(old["files"].items()):
         stages.setdefault(where["stage"], []).append(fname)
-    todo = sorted(f for files in stages.values() if len(files) > 1 for f in files)
-    mine = todo[comm.rank :: comm.size]
+    stages = {s: files for s, files in stages.items() if len(files) > 1}
+    ranks = sorted(w["rank"] for w in new["files"].values())
+    mine = []
+    for stage, files in stages.items():
+        takers = [w["rank"] for w in new["files"].values() if w["stage"] == stage] or ranks
+        takers = sorted(takers)
+        if comm.rank in takers:
+            mine += files[takers.index(comm.rank) :: len(takers)]
+    return stages, mine
+
+
+def _check_replicas(comm, directory, name, old, new, params):
+    """Refuse (on every rank) a checkpoint whose replicas of one stage hold different state."""
+    stages, mine = _mine(comm, old, new)
     digests, err, unsafe = {}, None, None
     for fname in mine:
         try:
@@ -51,7 +86,7 @@ def _check_replicas(comm, directory, name, old):
             if problem:
                 unsafe = problem
                 break
-            digests[fname] = state_digest(os.path.join(directory, fname))
+            digests[fname] = state_digest(os.path.join(directory, fname), params)
         except UnsafeFile as exc:
             unsafe = str(exc)
             break
@@ -79,9 +114,10 @@ def _check_replicas(comm, directory, name, old):
             )
 
 
-def plan(comm, directory, name, manifest, new, allow_unsafe=False):
+def plan(comm, directory, name, manifest, new, allow_unsafe=False, params=None):
     """The file this rank loads from checkpoint ``name`` and the resize note ('' at the same
-    world size); raises the same error on every rank when the layouts do not fit."""
+    world size); raises the same error on every rank when the layouts do not fit. ``params``:
+    this rank's parameter keys (``param_keys``) for the replica check; None: all model arrays."""
     old, size = layouts.layout_of(manifest), len(new["files"])  # size: this run's world size
     then, now = layouts.describe(old), layouts.describe(new)
     same_graph = old.get("graph_digest") == new.get("graph_digest")
@@ -106,7 +142,7 @@ def plan(comm, directory, name, manifest, new, allow_unsafe=False):
         )
     if manifest.world_size == size:
         return sources[comm.rank], ""
-    _check_replicas(comm, directory, name, old)
+    _check_replicas(comm, directory, name, old, new, params)
     note = (
         f"world size {manifest.world_size} -> {size}: data re-sharded, iterators restart their epoch, "
         f"per-rank random states not restored"

@@ -61,7 +61,13 @@ def resume(trainer, store, cfg, config_hash=None, config=None):
         check_signature(comm, manifest, secret, store.path(name))
     new_layout = store.layout or make_layout(comm.size)
     source, note = reshard.plan(
-        comm, store.path(name), name, manifest, new_layout, allow_unsafe=cfg.allow_unsafe_config_change
+        comm,
+        store.path(name),
+        name,
+        manifest,
+        new_layout,
+        allow_unsafe=cfg.allow_unsafe_config_change,
+        params=reshard.param_keys(trainer),
     )  # the layouts fit (or the same refusal on every rank) before anything is loaded
     check_config(comm, manifest, name, config_hash, config, cfg.allow_unsafe_config_change)
     load_trainer(store.path(name), manifest, trainer, comm, source=source)

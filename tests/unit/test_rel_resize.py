@@ -133,12 +133,16 @@ def _npz(directory, rank, value, extra=0.0):
         os.path.join(directory, name),
         **{
             "updater/model:main/0/l1/W": np.full((2, 3), value, np.float32),
+            "updater/model:main/0/bn/avg_mean": np.full(3, rank, np.float32),  # each replica its own
             "updater/optimizer:main/t": np.asarray(5),
             "updater/iterator:main/current_position": np.asarray(rank),  # per rank: not compared
             "updater/iteration": np.asarray(6 + extra),
         },
     )
     return [name]
+
+
+PARAMS = {"updater/model:main/0/l1/W"}  # the parameters (param_keys of the trainer)
 
 
 def _resize_checkpoint(tmp_path, values):
@@ -158,7 +162,7 @@ def test_replicas_that_agree_resize_with_a_note(tmp_path):
     from mpi4py import MPI
 
     d, manifest = _resize_checkpoint(tmp_path, [1.0, 2.0, 1.0, 2.0])  # stage 0: 1.0, stage 1: 2.0
-    source, note = reshard.plan(MPI.COMM_SELF, str(d), "iter_00000006", manifest, L.make_layout(2, TOPO))
+    source, note = reshard.plan(MPI.COMM_SELF, str(d), "iter_00000006", manifest, L.make_layout(2, TOPO), params=PARAMS)
     assert source == "rank_00000.npz"
     assert note.startswith("world size 4 -> 2: data re-sharded, iterators restart their epoch")
     assert "model parallel, 2 stages x 2 replicas -> model parallel, 2 stages x 1 replica" in note
@@ -168,11 +172,54 @@ def test_replicas_that_agree_resize_with_a_note(tmp_path):
 def test_replicas_that_differ_are_refused(tmp_path):
     from mpi4py import MPI
 
-    d, manifest = _resize_checkpoint(tmp_path, [1.0, 2.0, 1.0, 2.5])  # stage 1's replicas differ
+    d, manifest = _resize_checkpoint(tmp_path, [1.0, 2.0, 1.5, 2.0])  # stage 0's replicas differ
     with pytest.raises(ResumeFailed) as err:
-        reshard.plan(MPI.COMM_SELF, str(d), "iter_00000006", manifest, L.make_layout(2, TOPO))
+        reshard.plan(MPI.COMM_SELF, str(d), "iter_00000006", manifest, L.make_layout(2, TOPO), params=PARAMS)
     text = str(err.value)
-    assert "replicas of stage 1 hold different parameters" in text and "rank_00003.npz" in text
+    assert "replicas of stage 0 hold different parameters" in text and "rank_00002.npz" in text
     assert "resume it on 4 ranks" in text
     # at its own world size it still resumes (every rank its own file)
     assert reshard.plan(Comm(3, 4), str(d), "iter_00000006", manifest, L.make_layout(4, TOPO)) == ("rank_00003.npz", "")
+
+
+def test_running_statistics_are_not_compared_with_the_parameter_keys(tmp_path):
+    """BatchNormalization's running statistics differ between data-parallel replicas: with the
+    trainer's parameter keys only parameters and optimizer state are compared."""
+    from mpi4py import MPI
+
+    d, manifest = _resize_checkpoint(tmp_path, [1.0, 2.0, 1.0, 2.0])  # avg_mean differs per rank
+    with pytest.raises(ResumeFailed):
+        reshard.plan(MPI.COMM_SELF, str(d), "iter_00000006", manifest, L.make_layout(2, TOPO))
+    source, note = reshard.plan(MPI.COMM_SELF, str(d), "iter_00000006", manifest, L.make_layout(2, TOPO), params=PARAMS)
+    assert source == "rank_00000.npz" and "world size 4 -> 2" in note
+
+
+@pytest.mark.parametrize(
+    "old,new,expected",
+    [
+        (4, 2, [["rank_00000.npz", "rank_00002.npz"], ["rank_00001.npz", "rank_00003.npz"]]),
+        (4, 6, [["rank_00000.npz"], ["rank_00001.npz"], ["rank_00002.npz"], ["rank_00003.npz"], [], []]),
+        (2, 4, [[], [], [], []]),  # one replica per stage: nothing to compare
+    ],
+)
+def test_each_stage_files_are_hashed_by_the_new_ranks_of_that_stage(old, new, expected):
+    got = [reshard._mine(Comm(r, new), L.make_layout(old, TOPO), L.make_layout(new, TOPO))[1] for r in range(new)]
+    assert got == expected
+
+
+def test_param_keys_name_the_parameters_not_the_running_statistics():
+    import chainer
+    import chainer.links as CL
+    from chainer import training
+
+    model = chainer.Sequential(CL.Linear(3, 2), CL.BatchNormalization(2))
+    opt = chainer.optimizers.SGD()
+    opt.setup(model)
+    it = chainer.iterators.SerialIterator([(np.zeros(3, np.float32), 0)], 1)
+    trainer = training.Trainer(training.updaters.StandardUpdater(it, opt), (1, "iteration"))
+    assert reshard.param_keys(trainer) == {
+        "updater/model:main/0/W",
+        "updater/model:main/0/b",
+        "updater/model:main/1/gamma",
+        "updater/model:main/1/beta",
+    }
