@@ -223,3 +223,40 @@ def test_param_keys_name_the_parameters_not_the_running_statistics():
         "updater/model:main/1/gamma",
         "updater/model:main/1/beta",
     }
+
+
+def _tiny_trainer(tmp_path, stop):
+    import chainer
+    import chainer.links as CL
+    from chainer import training
+
+    model = CL.Classifier(CL.Linear(3, 2, initialW=chainer.initializers.Normal(0.5)))
+    opt = chainer.optimizers.MomentumSGD(lr=0.1)
+    opt.setup(model)
+    rs = np.random.RandomState(0)
+    data = chainer.datasets.TupleDataset(rs.randn(8, 3).astype(np.float32), rs.randint(0, 2, 8).astype(np.int32))
+    it = chainer.iterators.SerialIterator(data, 4)
+    return training.Trainer(training.updaters.StandardUpdater(it, opt), (stop, "iteration"), out=str(tmp_path)), model
+
+
+def test_a_checkpoint_written_before_layouts_resumes_at_its_world_size(tmp_path):
+    """A manifest without 'layout' (as written before this change) resumes exactly: same iteration,
+    same parameters."""
+    from mpi4py import MPI
+
+    from mnframe.checkpoint import attach
+
+    trainer, model = _tiny_trainer(tmp_path, 4)
+    ext = attach(trainer, {"interval": 2, "preemption": False}, tmp_path, MPI.COMM_SELF)
+    trainer.run()
+    ext.save_final(trainer)
+    ckpt = tmp_path / "checkpoints" / "iter_00000004"
+    raw = json.loads((ckpt / "manifest.json").read_text())
+    assert raw["layout"]["files"] == {"rank_00000.npz": {"rank": 0, "stage": 0, "replica": 0}}
+    raw.pop("layout")
+    (ckpt / "manifest.json").write_text(json.dumps(raw))
+    again, resumed = _tiny_trainer(tmp_path, 4)
+    ext = attach(again, {"interval": 2, "preemption": False}, tmp_path, MPI.COMM_SELF)
+    assert ext.resumed_from == "iter_00000004" and again.updater.iteration == 4
+    for (name, a), (_, b) in zip(sorted(model.namedparams()), sorted(resumed.namedparams())):
+        assert np.array_equal(a.array, b.array), name
