@@ -67,7 +67,10 @@ class Manifest:
     layout: Optional[dict] = None  # what each file holds (mnframe.checkpoint.layout); None before layouts
 
     def to_json(self):
-        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True, default=str)
+        raw = dataclasses.asdict(self)
+        if raw["layout"] is None:  # as written before layouts: the same JSON, the same signature
+            del raw["layout"]
+        return json.dumps(raw, indent=1, sort_keys=True, default=str)
 
     @classmethod
     def from_json(cls, text):
