@@ -18,13 +18,12 @@ def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None, o
     CheckpointConfig (or a dict of its fields); ``config`` (a plain dict of the
     whole run configuration) is stored in the manifest so a later resume can
     show what changed. ``on_nonfinite``: ``stop`` ends training at a non-finite loss
-    (``trainer.on_nonfinite``; see divergence.py), ``ignore`` does not look. Returns
+    (``trainer.on_nonfinite``; see divergence.py), ``ignore`` does not look.
     ``topology`` (the topology section, a model or dict; default: ``config['topology']``,
-    else data parallel) gives the layout recorded in each manifest (mnframe.checkpoint.layout):
-    ``comm`` must be the world communicator. Returns
-    the CheckpointExtension; its ``resumed_from`` names the checkpoint loaded (None
-    for a fresh start) and ``preempted`` says whether the run stopped for a
-    preemption signal.
+    else data parallel) gives the layout recorded in each manifest (mnframe.checkpoint.layout),
+    so ``comm`` must be the world communicator. Returns the CheckpointExtension; its
+    ``resumed_from`` names the checkpoint loaded (None for a fresh start) and ``preempted``
+    says whether the run stopped for a preemption signal.
     """
     cfg = (
         cfg_section if isinstance(cfg_section, CheckpointConfig) else CheckpointConfig.model_validate(cfg_section or {})

@@ -76,8 +76,10 @@ def _mine(comm, old, new):
     return stages, mine
 
 
-def _check_replicas(comm, directory, name, old, new, params):
-    """Refuse (on every rank) a checkpoint whose replicas of one stage hold different state."""
+def check_replicas(comm, directory, name, manifest, new, params=None):
+    """Refuse (on every rank) a checkpoint whose replicas of one stage hold different state.
+    ``params``: this rank's parameter keys (``param_keys``); None: all model arrays."""
+    old = layouts.layout_of(manifest)
     stages, mine = _mine(comm, old, new)
     digests, err, unsafe = {}, None, None
     for fname in mine:
@@ -114,10 +116,10 @@ def _check_replicas(comm, directory, name, old, new, params):
             )
 
 
-def plan(comm, directory, name, manifest, new, allow_unsafe=False, params=None):
+def plan(comm, directory, name, manifest, new, allow_unsafe=False, params=None, check=True):
     """The file this rank loads from checkpoint ``name`` and the resize note ('' at the same
-    world size); raises the same error on every rank when the layouts do not fit. ``params``:
-    this rank's parameter keys (``param_keys``) for the replica check; None: all model arrays."""
+    world size); raises the same error on every rank when the layouts do not fit. ``check``:
+    at another world size, also run ``check_replicas`` (reads files; ``params`` as there)."""
     old, size = layouts.layout_of(manifest), len(new["files"])  # size: this run's world size
     then, now = layouts.describe(old), layouts.describe(new)
     same_graph = old.get("graph_digest") == new.get("graph_digest")
@@ -142,7 +144,8 @@ def plan(comm, directory, name, manifest, new, allow_unsafe=False, params=None):
         )
     if manifest.world_size == size:
         return sources[comm.rank], ""
-    _check_replicas(comm, directory, name, old, new, params)
+    if check:
+        check_replicas(comm, directory, name, manifest, new, params)
     note = (
         f"world size {manifest.world_size} -> {size}: data re-sharded, iterators restart their epoch, "
         f"per-rank random states not restored"

@@ -59,17 +59,12 @@ def resume(trainer, store, cfg, config_hash=None, config=None):
     comm = store.comm
     if secret is not None:
         check_signature(comm, manifest, secret, store.path(name))
-    new_layout = store.layout or make_layout(comm.size)
-    source, note = reshard.plan(
-        comm,
-        store.path(name),
-        name,
-        manifest,
-        new_layout,
-        allow_unsafe=cfg.allow_unsafe_config_change,
-        params=reshard.param_keys(trainer),
-    )  # the layouts fit (or the same refusal on every rank) before anything is loaded
-    check_config(comm, manifest, name, config_hash, config, cfg.allow_unsafe_config_change)
+    layout, where = store.layout or make_layout(comm.size), store.path(name)
+    allow = cfg.allow_unsafe_config_change
+    source, note = reshard.plan(comm, where, name, manifest, layout, allow, check=False)  # fits, or refused
+    check_config(comm, manifest, name, config_hash, config, allow)
+    if note:  # another world size: the replicas of each stage must agree (reads the old files)
+        reshard.check_replicas(comm, where, name, manifest, layout, reshard.param_keys(trainer))
     load_trainer(store.path(name), manifest, trainer, comm, source=source)
     shuffle_seeds.restore(comm)  # the checkpointed scatter_dataset shards (after every rank loaded)
     _say(comm, f"resumed from {store.path(name)} (iteration {manifest.iteration}){'; ' + note if note else ''}")
