@@ -132,9 +132,9 @@ def _node_python_pids(cluster, node):
     return pids
 
 
-def _lose_node(cluster, tmp_path, how):
-    """Train on 2 nodes x 1 rank; at the first checkpoint lose node 2 (``how``); the MpiResult and
-    the time from the loss to the end of the job."""
+def _lose_node(cluster, tmp_path, how, overrides=SMALL, ppn=1):
+    """Train on 2 nodes x ``ppn`` ranks; at the first checkpoint lose node 2 (``how``); the MpiResult
+    and the time from the loss to the end of the job."""
     done = threading.Event()
     event = {}
     result = {}
@@ -143,10 +143,10 @@ def _lose_node(cluster, tmp_path, how):
         result["res"] = mnframe_job(
             cluster,
             tmp_path,
-            *SMALL,
+            *overrides,
             "trainer.stop=[400,iteration]",
             "checkpoint.interval=5",
-            ppn=1,
+            ppn=ppn,
             env={"MNFRAME_COLLECTIVE_TIMEOUT": str(DEADLINE)},
             timeout=TIMEOUT,
         )
@@ -175,20 +175,22 @@ def _lose_node(cluster, tmp_path, how):
     return result["res"], result["end"] - event["t"]
 
 
-def _resume_on_node1(cluster, tmp_path):
-    """Resume the run on the remaining node (1 rank) and check it went on from its checkpoint."""
+def _resume_on_node1(cluster, tmp_path, overrides=SMALL, ppn=1):
+    """Resume the run on the remaining node (``ppn`` ranks) and check it went on from its checkpoint."""
     saved = sorted(p.parent.name for p in (tmp_path / "checkpoints").glob("iter_*/manifest.json"))
     assert saved, "no complete checkpoint left"
     last = int(saved[-1].split("_")[1])
     stop = last + 20  # how far the lost job got depends on the machine's speed: go on 20 past its checkpoint
-    res = mnframe_job(cluster, tmp_path, *SMALL, f"trainer.stop=[{stop},iteration]", "checkpoint.interval=5", nodes=1)
+    res = mnframe_job(
+        cluster, tmp_path, *overrides, f"trainer.stop=[{stop},iteration]", "checkpoint.interval=5", nodes=1, ppn=ppn
+    )
     assert not res.timed_out and res.returncode == 0, res.output[-4000:]
     assert f"{saved[-1]} (iteration {last})" in res.output, res.output[
         -4000:
     ]  # "resumed from .../iter_N (iteration N)"
     assert log_iterations(tmp_path)[-1] == stop
-    assert (tmp_path / "model.npz").exists()
-    return last
+    assert list(tmp_path.glob("model*.npz"))
+    return last, res
 
 
 def test_node_killed_ends_the_job_fast_and_resumes_on_the_other_node(cluster, tmp_path):
@@ -210,6 +212,25 @@ def test_link_cut_ends_the_job_within_the_deadline_and_resumes_on_the_other_node
     assert took < DEADLINE + 20, f"job ended {took:.1f} s after the cut\n{res.output[-3000:]}"
     assert "collective timeout" in res.output and "rank 1" in res.output, res.output[-3000:]
     _resume_on_node1(cluster, tmp_path)
+
+
+DUAL = ["recipe=mnist_dual_parallel", *LOG_EVERY_ITERATION]
+
+
+def test_dual_parallel_loses_a_node_and_resumes_on_the_two_ranks_left(cluster, tmp_path):
+    """2 nodes x 2 ranks of the dual-parallel recipe (a replica of both stages per node); node 2 is
+    killed; the run resumes on node 1's 2 ranks: 2 stages x 2 replicas -> 2 stages x 1 replica."""
+    res, took = _lose_node(cluster, tmp_path, "kill", overrides=DUAL, ppn=2)
+    print(f"dual parallel, node killed: the job ended {took:.1f} s later, status {res.returncode}")
+    assert not res.timed_out and res.returncode != 0, res.output[-4000:]
+    saved = sorted((tmp_path / "checkpoints").glob("iter_*/manifest.json"))
+    layout = json.loads(saved[-1].read_text())["layout"]
+    assert layout["stages"] == 2 and layout["replicas"] == 2, layout
+    _, res = _resume_on_node1(cluster, tmp_path, overrides=DUAL, ppn=2)
+    lines = [ln for ln in res.output.splitlines() if "resumed from" in ln]
+    assert len(lines) == 1 and "world size 4 -> 2: data re-sharded" in lines[0], res.output[-4000:]
+    assert "2 stages x 2 replicas -> model parallel, 2 stages x 1 replica" in lines[0]
+    assert "(the old replicas of each stage held equal parameters)" in lines[0]
 
 
 # -- doctor ------------------------------------------------------------------------------------------

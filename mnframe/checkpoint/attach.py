@@ -4,12 +4,13 @@ import os
 
 from mnframe.checkpoint.config import CheckpointConfig
 from mnframe.checkpoint.extension import CheckpointExtension
+from mnframe.checkpoint.layout import make_layout
 from mnframe.checkpoint.resume import resume
 from mnframe.checkpoint.store import CheckpointStore
 from mnframe.runtime import watchdog
 
 
-def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None, on_nonfinite="stop"):
+def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None, on_nonfinite="stop", topology=None):
     """Install checkpointing on ``trainer`` and resume it if a checkpoint applies (collective).
 
     Call it after every other extension has been added (their states are
@@ -17,16 +18,21 @@ def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None, o
     CheckpointConfig (or a dict of its fields); ``config`` (a plain dict of the
     whole run configuration) is stored in the manifest so a later resume can
     show what changed. ``on_nonfinite``: ``stop`` ends training at a non-finite loss
-    (``trainer.on_nonfinite``; see divergence.py), ``ignore`` does not look. Returns
-    the CheckpointExtension; its ``resumed_from`` names the checkpoint loaded (None
-    for a fresh start) and ``preempted`` says whether the run stopped for a
-    preemption signal.
+    (``trainer.on_nonfinite``; see divergence.py), ``ignore`` does not look.
+    ``topology`` (the topology section, a model or dict; default: ``config['topology']``,
+    else data parallel) gives the layout recorded in each manifest (mnframe.checkpoint.layout),
+    so ``comm`` must be the world communicator. Returns the CheckpointExtension; its
+    ``resumed_from`` names the checkpoint loaded (None for a fresh start) and ``preempted``
+    says whether the run stopped for a preemption signal.
     """
     cfg = (
         cfg_section if isinstance(cfg_section, CheckpointConfig) else CheckpointConfig.model_validate(cfg_section or {})
     )
     watchdog.set_report_dir(run_dir)
     store = CheckpointStore(os.path.join(os.fspath(run_dir), cfg.dir), comm)
+    if topology is None and isinstance(config, dict):
+        topology = config.get("topology")
+    store.layout = make_layout(comm.size, topology)
     ext = CheckpointExtension(
         store,
         comm,

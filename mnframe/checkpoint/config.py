@@ -22,5 +22,5 @@ class CheckpointConfig(BaseModel):
     dir: str = Field("checkpoints", description="checkpoint directory, relative to the run directory")
     preemption: bool = Field(True, description="SIGTERM/SIGUSR1: checkpoint at the next iteration, exit 0")
     allow_unsafe_config_change: bool = Field(
-        False, description="resume even if model/optimizer/dataset settings changed"
+        False, description="resume even if model/optimizer/dataset settings or the rank graph (topology) changed"
     )

@@ -64,9 +64,13 @@ class Manifest:
     reason: str = "interval"  # or "preemption"
     format: int = FORMAT
     signature: Optional[str] = None  # HMAC of the rest (mnframe.checkpoint.signing), with a key
+    layout: Optional[dict] = None  # what each file holds (mnframe.checkpoint.layout); None before layouts
 
     def to_json(self):
-        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True, default=str)
+        raw = dataclasses.asdict(self)
+        if raw["layout"] is None:  # as written before layouts: the same JSON, the same signature
+            del raw["layout"]
+        return json.dumps(raw, indent=1, sort_keys=True, default=str)
 
     @classmethod
     def from_json(cls, text):
@@ -93,6 +97,14 @@ class Manifest:
         if len(text) > MAX_MANIFEST_BYTES:
             raise ValueError(f"it is larger than {MAX_MANIFEST_BYTES} bytes")
         return cls.from_json(text)
+
+
+def layout_of(manifest):
+    """The checkpoint's layout record (stage and replica of each rank file, the rank graph; the
+    shape is documented in mnframe.checkpoint.layout), derived for a manifest without one."""
+    from mnframe.checkpoint.layout import layout_of as _layout_of
+
+    return _layout_of(manifest)
 
 
 def check_file(directory, name, entry):

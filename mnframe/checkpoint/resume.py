@@ -1,8 +1,11 @@
-"""Resume a trainer from the newest good checkpoint, checking the configuration first."""
+"""Resume a trainer from the newest good checkpoint, checking the layout and configuration first.
+
+At another world size each rank loads its model-parallel stage's state (``reshard.plan``)."""
 
 import sys
 
-from mnframe.checkpoint import config_diff, signing
+from mnframe.checkpoint import config_diff, reshard, signing
+from mnframe.checkpoint.layout import make_layout
 from mnframe.checkpoint.trainer_io import load_trainer
 from mnframe.datasets import shuffle_seeds
 from mnframe.runtime.errors import ConfigError
@@ -56,14 +59,13 @@ def resume(trainer, store, cfg, config_hash=None, config=None):
     comm = store.comm
     if secret is not None:
         check_signature(comm, manifest, secret, store.path(name))
-    check_config(comm, manifest, name, config_hash, config, cfg.allow_unsafe_config_change)
-    resharded = load_trainer(store.path(name), manifest, trainer, comm)
+    layout, where = store.layout or make_layout(comm.size), store.path(name)
+    allow = cfg.allow_unsafe_config_change
+    source, note = reshard.plan(comm, where, name, manifest, layout, allow, check=False)  # fits, or refused
+    check_config(comm, manifest, name, config_hash, config, allow)
+    if note:  # another world size: the replicas of each stage must agree (reads the old files)
+        reshard.check_replicas(comm, where, name, manifest, layout, reshard.param_keys(trainer))
+    load_trainer(store.path(name), manifest, trainer, comm, source=source)
     shuffle_seeds.restore(comm)  # the checkpointed scatter_dataset shards (after every rank loaded)
-    note = (
-        f"; world size {manifest.world_size} -> {comm.size}: data re-sharded, iterators restart "
-        f"their epoch, per-rank random states not restored"
-        if resharded
-        else ""
-    )
-    _say(comm, f"resumed from {store.path(name)} (iteration {manifest.iteration}){note}")
+    _say(comm, f"resumed from {store.path(name)} (iteration {manifest.iteration}){'; ' + note if note else ''}")
     return name

@@ -56,6 +56,7 @@ class CheckpointStore:
         self.root = os.path.abspath(os.fspath(root))
         self.comm = comm  # a mnframe or mpi4py communicator (both have rank and size)
         self.unusable = {}  # checkpoint name -> why resume skipped it (kept, never collected)
+        self.layout = None  # recorded in each manifest (mnframe.checkpoint.layout; set by attach)
 
     def path(self, name):
         return os.path.join(self.root, name)
@@ -116,6 +117,7 @@ class CheckpointStore:
                     files=files,
                     config=config,
                     reason=reason,
+                    layout=self.layout,
                 )
                 if secret is not None:
                     manifest.signature = signing.sign(manifest, secret)

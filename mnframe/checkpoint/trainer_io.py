@@ -4,16 +4,18 @@ Each rank saves ``trainer`` (parameters, optimizer state, updater iteration,
 iterator position and shuffle order, extension states, and through the
 checkpoint extension the random states) into ``rank_<R>.npz``. With the same
 world size each rank loads its own file: an exact resume. With a different
-world size every rank loads rank 0's file but skips the per-rank parts (iterator
-positions and random states): the data is re-sharded and iterators restart
-their epoch. Files are read with ``mnframe.utils.safe_npz`` (no pickle, bounded
+world size every rank loads the file of a rank that ran the same model-parallel
+stage (``mnframe.checkpoint.reshard``; rank 0's for data parallelism) but skips the
+per-rank parts (iterator positions and random states): the data is re-sharded and
+iterators restart their epoch. Files are read with ``mnframe.utils.safe_npz`` (no pickle, bounded
 sizes): a file that could run code is refused on every rank with status 2.
 """
 
 import os
 
+from mnframe.checkpoint.layout import rank_file
 from mnframe.checkpoint.manifest import outside_problem
-from mnframe.runtime.errors import CheckpointError
+from mnframe.runtime.errors import ResumeFailed
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_path
 from mnframe.utils.npz import WriteFailed, payload_bytes, serialize, write_npz
@@ -21,10 +23,6 @@ from mnframe.utils.safe_npz import UnsafeFile, load_npz
 
 RNG_KEY = "mnframe_rng"
 PER_RANK_KEYS = ("updater/iterator:", f"/{RNG_KEY}/")
-
-
-def rank_file(rank):
-    return f"rank_{rank:05d}.npz"
 
 
 def save_trainer(directory, trainer, rank):
@@ -47,10 +45,13 @@ def _is_per_rank(key):
     return any(part in key for part in PER_RANK_KEYS)
 
 
-def load_trainer(directory, manifest, trainer, comm):
-    """Load the checkpoint into ``trainer`` on every rank; same error on every rank if one fails."""
+def load_trainer(directory, manifest, trainer, comm, source=None):
+    """Load the checkpoint into ``trainer`` on every rank; same error on every rank if one fails.
+
+    ``source``: the file this rank loads (``mnframe.checkpoint.reshard``: its stage's state at
+    another world size); None: its own file at the same world size, rank 0's otherwise."""
     resharded = manifest.world_size != comm.size
-    name = rank_file(0 if resharded else comm.rank)
+    name = source or rank_file(0 if resharded else comm.rank)
     path = os.path.join(directory, name)
     err = unsafe = None
     try:
@@ -67,5 +68,7 @@ def load_trainer(directory, manifest, trainer, comm):
         raise UnsafeFile("; ".join(refused))
     errors = [e for _, e in verdicts if e]
     if errors:
-        raise CheckpointError("resume failed (did the model, optimizer or extensions change?): " + "; ".join(errors))
+        raise ResumeFailed(
+            "could not load the checkpoint (did the model, optimizer or extensions change?): " + "; ".join(errors)
+        )
     return resharded

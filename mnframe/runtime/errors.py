@@ -81,6 +81,15 @@ class SaveError(CheckpointError, EveryRankError):
     label = "save failed"
 
 
+class ResumeFailed(CheckpointError, EveryRankError):
+    """A chosen checkpoint could not be loaded, or its replicas disagree (mnframe.checkpoint.reshard).
+
+    Raised on every rank after the ranks shared their verdicts: printed once, without a
+    traceback, and every rank exits 1 together; the checkpoint is left as it is."""
+
+    label = "resume failed"
+
+
 class TrainingDiverged(EveryRankError):
     """A non-finite loss (or weights) stopped training (``trainer.on_nonfinite: stop``)."""
 
