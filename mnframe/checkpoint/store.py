@@ -66,7 +66,8 @@ class CheckpointStore:
 
         ``write_files(tmpdir)`` writes this rank's files into ``tmpdir`` and
         returns their names (or {name: (size, sha256)} when it measured them).
-        Raises CheckpointError on every rank if any rank failed (naming the ranks and their errors); nothing is committed then.
+        Raises CheckpointError on every rank if any rank
+        failed (naming the ranks and their errors); nothing is committed then.
         """
         rank = self.comm.rank
         name = checkpoint_name(iteration)
