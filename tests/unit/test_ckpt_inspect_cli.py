@@ -62,23 +62,23 @@ def test_layout_summary_reads_a_layout_record_when_there_is_one():
     assert inspect_cli.layout_summary(manifest) == "2 stage(s) x 2 replica(s)"
 
 
-def test_verify_names_the_damaged_file_and_exits_1(run_dir):
-    result = _cli("verify", str(run_dir))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "all 2 checkpoint(s) verified" in result.stdout
+def test_verify_names_the_damaged_file_and_exits_1(run_dir, capsys):
+    assert inspect_cli.main(["verify", str(run_dir)]) == 0
+    assert "all 2 checkpoint(s) verified" in capsys.readouterr().out
     victim = run_dir / "ckpts" / "iter_00000004" / "rank_00001.npz"
     data = bytearray(victim.read_bytes())
     data[10] ^= 1
     victim.write_bytes(bytes(data))
-    result = _cli("verify", str(run_dir))
+    result = _cli("verify", str(run_dir))  # through python -m mnframe
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "iter_00000004: DAMAGED" in result.stdout
     assert f"{victim} (written by rank 0) has a wrong SHA-256 (corrupted)" in result.stdout
     assert "iter_00000002: ok" in result.stdout and "1 of 2 checkpoint(s) damaged" in result.stdout
-    assert _cli("list", str(run_dir)).returncode == 0  # same size: only the hashes tell
+    assert inspect_cli.main(["list", str(run_dir)]) == 0  # same size: only the hashes tell
     victim.write_bytes(b"short")
-    listed = _cli("list", str(run_dir))
-    assert listed.returncode == 1 and "has 5 bytes, the manifest says 2001" in listed.stdout
+    capsys.readouterr()
+    assert inspect_cli.main(["list", str(run_dir)]) == 1
+    assert "has 5 bytes, the manifest says 2001" in capsys.readouterr().out
 
 
 def test_a_missing_manifest_is_damaged(run_dir, capsys):
