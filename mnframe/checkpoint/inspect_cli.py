@@ -214,10 +214,10 @@ ACTIONS = {"list": list_checkpoints, "verify": verify_checkpoints}
 def main(argv):
     """``checkpoint ACTION RUN_DIR [NAME ...]``; returns the exit status."""
     argv = list(argv)
-    if argv[:1] in (["-h"], ["--help"]):
-        print(USAGE + "\n" + __doc__.split("\n\n", 1)[1].strip())
-        return OK
     try:
+        if argv[:1] in (["-h"], ["--help"]):
+            print(USAGE + "\n" + __doc__.split("\n\n", 1)[1].strip())
+            return OK
         if not argv:
             raise BadInput(f"which command? {USAGE}")
         action = ACTIONS.get(argv[0])
@@ -229,5 +229,6 @@ def main(argv):
     except (BadInput, ConfigError) as exc:
         print(f"mnframe checkpoint: {exc}", file=sys.stderr)
         return BAD_INPUT
-    except BrokenPipeError:  # `| head`
+    except BrokenPipeError:  # `| head`: no "Exception ignored" at exit either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return OK
