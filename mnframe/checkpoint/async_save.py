@@ -4,8 +4,8 @@
 it to a background thread, which writes ``rank_<R>.npz`` into a staging directory
 (``.tmp-async-iter_N``), fsyncs it and hashes it. The background thread makes no MPI
 call, so this is safe at every MPI thread level: every collective stays on the training
-thread. ``poll`` (training thread, every iteration while a save is in flight, one small
-allgather) tells every rank whether all ranks finished: when they did, the files are
+thread. ``poll`` (training thread, every iteration while a save is in flight, one
+two-integer allreduce) tells every rank whether all ranks finished: when they did, the files are
 renamed into the checkpoint's temporary directory and committed through
 ``CheckpointStore.save`` (manifest, signature, atomic rename, garbage collection: the
 same code as a synchronous save, with the hashes already computed); when any rank failed,
@@ -113,21 +113,22 @@ class AsyncSaver:
             return None
         if wait:
             job.wait()
-        status = collectives.allgather_obj(
-            self.store.comm, (job.done(), job.error, job.disk), name="checkpoint.async_poll"
-        )
-        errors = [e for _, e, _ in status if e]
-        if errors:
+        done = job.done()  # its outcome is final once done (set last by the thread)
+        error, disk = (job.error, job.disk) if done else (None, True)
+        flags = numpy.array([0 if done else 1, 1 if error else 0], dtype=numpy.int64)
+        writing, failed = collectives.allreduce_sum(self.store.comm, flags, name="checkpoint.async_poll")
+        if failed:
             self.job = None
+            status = collectives.allgather_obj(self.store.comm, (error, disk), name="checkpoint.async_errors")
             if self.store.comm.rank == 0:
                 shutil.rmtree(job.staging, ignore_errors=True)  # ranks still writing fail quietly
-            error_type = SaveError if all(d for _, e, d in status if e) else CheckpointError
+            error_type = SaveError if all(d for e, d in status if e) else CheckpointError
             raise error_type(
                 f"checkpoint {checkpoint_name(job.iteration)} not written (in the background): "
-                + "; ".join(errors)
+                + "; ".join(e for e, _ in status if e)
                 + self.store._kept()
             )
-        if not all(done for done, _, _ in status):
+        if writing:
             return None
         self.job = None
         return self.store.save(job.iteration, lambda tmp: _move(job, tmp), reason=job.reason, **self.commit_args)

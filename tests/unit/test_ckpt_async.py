@@ -143,3 +143,27 @@ def test_config_accepts_async_save_and_names_a_bad_value():
     assert CheckpointConfig(async_save=True).async_save is True
     with pytest.raises(ValidationError, match="async_save"):
         CheckpointConfig(async_save="sometimes")
+
+
+def test_the_preemption_checkpoint_is_synchronous_and_commits_the_one_in_flight_first(tmp_path):
+    from mnframe.runtime import preemption
+
+    trainer = _trainer(tmp_path, 20)
+    ext = attach(trainer, {"interval": 2, "async_save": True, "keep": 10}, tmp_path, SoloComm())
+
+    @chainer.training.make_extension(trigger=(1, "iteration"), priority=1000)
+    def signal_at_5(trainer):
+        if trainer.updater.iteration == 5:
+            preemption.request()
+
+    trainer.extend(signal_at_5)
+    saved = dict(preemption._state)
+    try:
+        trainer.run()
+    finally:
+        preemption._flag.clear()
+        preemption._state.update(saved)
+    assert ext.preempted and trainer.updater.iteration == 5 and ext.last_saved == "iter_00000005"
+    assert not ext.background.in_flight
+    reasons = {n: Manifest.read(str(tmp_path / "checkpoints" / n)).reason for n in os.listdir(tmp_path / "checkpoints")}
+    assert reasons == {"iter_00000002": "interval", "iter_00000004": "interval", "iter_00000005": "preemption"}
