@@ -167,3 +167,12 @@ def test_the_preemption_checkpoint_is_synchronous_and_commits_the_one_in_flight_
     assert not ext.background.in_flight
     reasons = {n: Manifest.read(str(tmp_path / "checkpoints" / n)).reason for n in os.listdir(tmp_path / "checkpoints")}
     assert reasons == {"iter_00000002": "interval", "iter_00000004": "interval", "iter_00000005": "preemption"}
+
+
+def test_the_runner_config_takes_async_save_and_names_a_bad_value():
+    from mnframe.cli import check
+    from mnframe.config.errors import ConfigError
+
+    assert "config OK" in check(["checkpoint.async_save=true"], 2)
+    with pytest.raises(ConfigError, match="checkpoint.async_save"):
+        check(["checkpoint.async_save=maybe"], 2)
