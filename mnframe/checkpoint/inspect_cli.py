@@ -39,6 +39,8 @@ def layout_summary(manifest):
         replicas = layout.get("replicas", layout.get("data_parallel"))
         if isinstance(stages, int) and stages > 0:
             replicas = replicas if isinstance(replicas, int) else manifest.world_size // stages
+            if stages == 1:
+                return f"data parallel x {replicas}"
             return f"{stages} stage(s) x {replicas} replica(s)"
     text = str(layout)
     return text if len(text) <= 40 else text[:37] + "..."

@@ -58,8 +58,10 @@ def test_list_shows_iteration_reason_world_size_layout_and_size(run_dir, capsys)
 def test_layout_summary_reads_a_layout_record_when_there_is_one():
     manifest = Manifest(iteration=1, world_size=4, config_hash=None, files={})
     assert inspect_cli.layout_summary(manifest) == "data parallel x 4"
-    manifest.layout = {"stages": [[0, 2], [1, 3]]}
+    manifest.layout = {"kind": "model_parallel", "stages": 2, "replicas": 2}
     assert inspect_cli.layout_summary(manifest) == "2 stage(s) x 2 replica(s)"
+    manifest.layout = {"kind": "data_parallel", "stages": 1, "replicas": 4}
+    assert inspect_cli.layout_summary(manifest) == "data parallel x 4"
 
 
 def test_verify_names_the_damaged_file_and_exits_1(run_dir, capsys):
