@@ -95,7 +95,7 @@ def _entries(root, names):
         if _DAMAGED_RE.match(entry):
             notes.append(f"{entry}: moved aside earlier as damaged (not a checkpoint; kept for inspection)")
         elif entry.startswith(TMP_PREFIX):
-            notes.append(f"{entry}: an unfinished save (ignored by resume; removed by the next save)")
+            notes.append(f"{entry}: a save in progress or left unfinished (ignored by resume; removed by the next save)")
     return committed, notes
 
 
@@ -125,6 +125,13 @@ def _size_problems(directory, manifest):
         if problem:
             problems.append(problem)
     return problems
+
+
+def _check(directory, name, entry):
+    try:
+        return check_file(directory, name, entry)
+    except OSError as exc:
+        return f"{os.path.join(directory, name)} (written by rank {entry.rank}) cannot be read: {exc}"
 
 
 def list_checkpoints(root, names=(), out=None):
@@ -184,7 +191,7 @@ def verify_checkpoints(root, names=(), out=None):
         if manifest is None:
             problems = [f"{directory}: {why}"]
         else:
-            problems = [p for f in sorted(manifest.files) if (p := check_file(directory, f, manifest.files[f]))]
+            problems = [p for f in sorted(manifest.files) if (p := _check(directory, f, manifest.files[f]))]
             if secret is not None and (bad := signing.problem(manifest, secret, directory)):
                 problems.append(bad)
         if problems:
@@ -229,6 +236,9 @@ def main(argv):
             raise BadInput(f"checkpoint {argv[0]} needs a run directory; {USAGE}")
         return action(checkpoint_root(argv[1]), argv[2:])
     except (BadInput, ConfigError) as exc:
+        print(f"mnframe checkpoint: {exc}", file=sys.stderr)
+        return BAD_INPUT
+    except OSError as exc:  # the directory itself cannot be read
         print(f"mnframe checkpoint: {exc}", file=sys.stderr)
         return BAD_INPUT
     except BrokenPipeError:  # `| head`: no "Exception ignored" at exit either
