@@ -95,7 +95,9 @@ def _entries(root, names):
         if _DAMAGED_RE.match(entry):
             notes.append(f"{entry}: moved aside earlier as damaged (not a checkpoint; kept for inspection)")
         elif entry.startswith(TMP_PREFIX):
-            notes.append(f"{entry}: a save in progress or left unfinished (ignored by resume; removed by the next save)")
+            notes.append(
+                f"{entry}: a save in progress or left unfinished (ignored by resume; removed by the next save)"
+            )
     return committed, notes
 
 
