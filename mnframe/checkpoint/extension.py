@@ -125,8 +125,10 @@ class CheckpointExtension(extension.Extension):
                         f"mnframe: preempted; checkpoint {self.last_saved} written at iteration {iteration}, stopping\n"
                     )
         elif iteration % self.interval == 0:
-            last = self._stop is not None and self._stop.last_iteration(trainer)  # the last one is synchronous
-            self._save_finite(trainer, "interval", background=self.background is not None and not last)
+            background = self.background is not None and not (  # the last one is synchronous
+                self._stop is not None and self._stop.last_iteration(trainer)
+            )
+            self._save_finite(trainer, "interval", background=background)
         if not self.stopping and self._stop is not None and self._stop.last_iteration(trainer):
             if self.last_saved != checkpoint_name(iteration):  # the last one, before anything is finalized
                 self._save_finite(trainer, "final")
