@@ -5,6 +5,7 @@
     python -m mnframe doctor                           check the MPI/CUDA set-up
     python -m mnframe evaluate RUN_DIR [key=value ...]  evaluate a trained run (mnframe.evaluate)
     python -m mnframe predict RUN_DIR INPUT [...]       run a trained model on new inputs (mnframe.predict)
+    python -m mnframe checkpoint list|verify RUN_DIR    a run's checkpoints, checked (no MPI)
 
 Rank 0 runs Hydra's command line (``--help``, ``--info``, ``--cfg job``,
 ``-m`` multirun, ``--config-dir``); for every job it composes it broadcasts
@@ -416,6 +417,10 @@ def _subcommand(target, argv: Sequence[str]) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Entry point of ``python -m mnframe`` and the ``mnframe`` script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["checkpoint"]:  # list/verify a run's checkpoints: no MPI
+        from mnframe.checkpoint.inspect_cli import main as checkpoint_main
+
+        sys.exit(checkpoint_main(argv[1:]))
     from mnframe.runtime import slurm
 
     slurm.prepare()  # before MPI starts (srun with the mpich wheel)

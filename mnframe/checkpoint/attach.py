@@ -42,6 +42,7 @@ def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None, o
         config=config,
         preemption_enabled=cfg.preemption,
         on_nonfinite=on_nonfinite,
+        async_save=cfg.async_save,
     )
     ext.bind(trainer)
     trainer.extend(ext, name=ext.name, trigger=ext.trigger, priority=ext.priority)

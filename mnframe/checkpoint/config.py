@@ -21,6 +21,7 @@ class CheckpointConfig(BaseModel):
     verify: bool = Field(True, description="check every file's size and SHA-256 before loading")
     dir: str = Field("checkpoints", description="checkpoint directory, relative to the run directory")
     preemption: bool = Field(True, description="SIGTERM/SIGUSR1: checkpoint at the next iteration, exit 0")
+    async_save: bool = Field(False, description="interval checkpoints: copy the state, write it in a background thread")
     allow_unsafe_config_change: bool = Field(
         False, description="resume even if model/optimizer/dataset settings or the rank graph (topology) changed"
     )

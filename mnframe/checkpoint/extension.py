@@ -19,6 +19,7 @@ import sys
 from chainer.training import extension
 
 from mnframe.checkpoint import divergence
+from mnframe.checkpoint.async_save import AsyncSaver
 from mnframe.checkpoint.rng import RngState
 from mnframe.checkpoint.store import checkpoint_name
 from mnframe.checkpoint.trainer_io import RNG_KEY, save_trainer
@@ -71,6 +72,7 @@ class CheckpointExtension(extension.Extension):
         preemption_enabled=True,
         abort_on_error=True,
         on_nonfinite="stop",
+        async_save=False,
     ):
         self.store = store
         self.comm = comm
@@ -90,6 +92,7 @@ class CheckpointExtension(extension.Extension):
         self.resumed_from = None
         self._trainer = None
         self.rng = RngState(self._iterators)
+        self.background = AsyncSaver(store) if async_save else None  # interval saves only (async_save.py)
 
     def _iterators(self):
         updater = getattr(self._trainer, "updater", None)
@@ -108,6 +111,7 @@ class CheckpointExtension(extension.Extension):
 
     def __call__(self, trainer):
         iteration = trainer.updater.iteration
+        self._poll_background()
         stop, code, rank, key = self._agree(trainer)
         if code:
             self._diverge(iteration, code, rank, key)
@@ -121,7 +125,10 @@ class CheckpointExtension(extension.Extension):
                         f"mnframe: preempted; checkpoint {self.last_saved} written at iteration {iteration}, stopping\n"
                     )
         elif iteration % self.interval == 0:
-            self._save_finite(trainer, "interval")
+            background = self.background is not None and not (  # the last one is synchronous
+                self._stop is not None and self._stop.last_iteration(trainer)
+            )
+            self._save_finite(trainer, "interval", background=background)
         if not self.stopping and self._stop is not None and self._stop.last_iteration(trainer):
             if self.last_saved != checkpoint_name(iteration):  # the last one, before anything is finalized
                 self._save_finite(trainer, "final")
@@ -137,39 +144,54 @@ class CheckpointExtension(extension.Extension):
         return stop, code_max, (size - first if first else None), key
 
     def _diverge(self, iteration, code, rank, key):
+        self._poll_background(wait=True)  # the save in flight holds finite weights: commit it
         self.stopping = True
         self.diverged = divergence.message(iteration, code, rank, key, self.last_saved or self.resumed_from)
 
-    def _save_finite(self, trainer, reason):
+    def _save_finite(self, trainer, reason, background=False):
         """Save unless the weights are non-finite somewhere (then stop as diverged). Collective."""
         if self.on_nonfinite == "stop" and not divergence.weights_finite(trainer, self.comm):
             self._diverge(trainer.updater.iteration, 4, None, None)
             return False
-        self.save(trainer, reason=reason)
+        self.save(trainer, reason=reason, background=background)
         return True
 
-    def save(self, trainer, reason="interval"):
-        """Write a checkpoint of ``trainer`` now (collective)."""
-        self.bind(trainer)
-        rank = self.comm.rank
+    def _poll_background(self, wait=False):
+        """Commit the asynchronous save in flight once every rank wrote it (or wait for it);
+        its failure on any rank stops every rank here, as a failed save does (collective)."""
+        if self.background is not None and self.background.in_flight:
+            name = self._saving(lambda: self.background.poll(wait=wait))
+            self.last_saved = name or self.last_saved
+
+    def _saving(self, save):
         try:
-            self.last_saved = self.store.save(
-                trainer.updater.iteration,
-                lambda tmp: save_trainer(tmp, trainer, rank),
-                config_hash=self.config_hash,
-                config=self.config,
-                reason=reason,
-                keep=self.keep,
-            )
+            return save()
         except SaveError as exc:  # every rank has it: one line and exit 1, before Chainer prints a traceback
             if self.abort_on_error and guard.installed():
                 guard.handle_uncaught(type(exc), exc, exc.__traceback__)
             raise
+
+    def save(self, trainer, reason="interval", background=False):
+        """Write a checkpoint of ``trainer`` now (collective); with ``background`` only copy the
+        state now and write it in the background (``async_save``; ``last_saved`` names it once committed)."""
+        self.bind(trainer)
+        rank = self.comm.rank
+        iteration = trainer.updater.iteration
+        extra = dict(config_hash=self.config_hash, config=self.config, keep=self.keep)
+        if background:
+            self._poll_background(wait=True)  # at most one save in flight, and in order
+            self._saving(lambda: self.background.start(trainer, iteration, reason, **extra))
+            return None
+        self._poll_background(wait=True)  # at most one save in flight, and in order
+        self.last_saved = self._saving(
+            lambda: self.store.save(iteration, lambda tmp: save_trainer(tmp, trainer, rank), reason=reason, **extra)
+        )
         return self.last_saved
 
     def save_final(self, trainer):
         """After ``trainer.run()`` returned: a checkpoint of the last iteration, unless
         one was just written or loaded (collective). Returns its name or None."""
+        self._poll_background(wait=True)
         iteration = trainer.updater.iteration
         if self.diverged or iteration == 0 or checkpoint_name(iteration) in (self.last_saved, self.resumed_from):
             return None

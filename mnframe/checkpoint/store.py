@@ -66,7 +66,8 @@ class CheckpointStore:
         """Write checkpoint ``iteration`` (collective); return its name.
 
         ``write_files(tmpdir)`` writes this rank's files into ``tmpdir`` and
-        returns their names. Raises CheckpointError on every rank if any rank
+        returns their names (or {name: (size, sha256)} when it measured them).
+        Raises CheckpointError on every rank if any rank
         failed (naming the ranks and their errors); nothing is committed then.
         """
         rank = self.comm.rank
@@ -87,9 +88,11 @@ class CheckpointStore:
 
         entries, err, disk = {}, None, True  # disk: an OSError (one line, exit 1) rather than a bug
         try:
-            for fname in write_files(tmp):
+            written = write_files(tmp)  # names, or {name: (size, sha256)} already measured (async_save)
+            for fname in written:
                 path = os.path.join(tmp, fname)
-                entries[fname] = FileEntry(size=os.path.getsize(path), sha256=sha256_file(path), rank=rank)
+                size, digest = written[fname] if isinstance(written, dict) else (os.path.getsize(path), None)
+                entries[fname] = FileEntry(size=size, sha256=digest or sha256_file(path), rank=rank)
         except WriteFailed as exc:  # shared below: every rank raises the same error
             err = f"rank {rank} {exc}"
         except OSError as exc:

@@ -1,0 +1,147 @@
+"""Asynchronous checkpoints (``checkpoint.async_save: true``): the training step pays for a copy.
+
+``start`` (training thread) copies this rank's trainer state into host memory and hands
+it to a background thread, which writes ``rank_<R>.npz`` into a staging directory
+(``.tmp-async-iter_N``), fsyncs it and hashes it. The background thread makes no MPI
+call, so this is safe at every MPI thread level: every collective stays on the training
+thread. ``poll`` (training thread, every iteration while a save is in flight, one
+two-integer allreduce) tells every rank whether all ranks finished: when they did, the files are
+renamed into the checkpoint's temporary directory and committed through
+``CheckpointStore.save`` (manifest, signature, atomic rename, garbage collection: the
+same code as a synchronous save, with the hashes already computed); when any rank failed,
+every rank raises the same SaveError (CheckpointError for a bug) at that iteration.
+``drain`` waits for the save in flight and commits it (before a synchronous save, at the
+end of training). At most one save is in flight: starting another drains the first.
+"""
+
+import os
+import shutil
+import threading
+
+import numpy
+
+from mnframe.checkpoint.manifest import sha256_file
+from mnframe.checkpoint.store import TMP_PREFIX, checkpoint_name
+from mnframe.checkpoint.trainer_io import rank_file
+from mnframe.runtime.errors import CheckpointError, SaveError
+from mnframe.utils import collectives
+from mnframe.utils.fs import atomic_path, fsync_dir
+from mnframe.utils.npz import WriteFailed, payload_bytes, serialize, write_npz
+
+STAGING_PREFIX = TMP_PREFIX + "async-"  # a leftover of a killed job is removed by the next save's garbage collection
+
+
+def snapshot(trainer):
+    """{key: array} of ``trainer`` that later training steps cannot change (host copies)."""
+    arrays = serialize(trainer)
+    return {k: (v.copy() if isinstance(v, numpy.ndarray) else v) for k, v in arrays.items()}
+
+
+def write_rank_file(directory, rank, arrays):
+    """Write (fsynced) this rank's file into ``directory``; return {name: (size, sha256)}.
+    Runs on the background thread: files only, never MPI."""
+    os.makedirs(directory, exist_ok=True)
+    name = rank_file(rank)
+    path = os.path.join(directory, name)
+    try:
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                write_npz(f, arrays, compression=False)
+    except OSError as exc:
+        raise WriteFailed(path, payload_bytes(arrays), exc) from exc
+    return {name: (os.path.getsize(path), sha256_file(path))}
+
+
+class _Job:
+    """One save in flight on this rank: the thread and, once it ended, its outcome."""
+
+    def __init__(self, iteration, reason, staging, rank, arrays, writer):
+        self.iteration, self.reason, self.staging = iteration, reason, staging
+        self.written, self.error, self.disk = None, None, True
+        self._done = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(rank, arrays, writer), name=f"mnframe-async-save-{iteration}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, rank, arrays, writer):
+        try:
+            self.written = writer(self.staging, rank, arrays)
+        except WriteFailed as exc:
+            self.error = f"rank {rank} {exc}"
+        except OSError as exc:
+            self.error = f"rank {rank} could not write into {self.staging}: {exc}"
+        except Exception as exc:  # a bug: CheckpointError keeps it visible
+            self.error, self.disk = f"rank {rank}: {type(exc).__name__}: {exc}", False
+        finally:
+            del arrays
+            self._done.set()
+
+    def done(self):
+        return self._done.is_set()
+
+    def wait(self):
+        self._done.wait()
+        self._thread.join()
+
+
+class AsyncSaver:
+    """This rank's background saves into ``store`` (every method is collective over ``store.comm``)."""
+
+    def __init__(self, store, writer=write_rank_file):
+        self.store = store
+        self.writer = writer  # (staging dir, rank, arrays) -> {name: (size, sha256)}; tests replace it
+        self.job = None
+
+    @property
+    def in_flight(self):
+        return self.job is not None
+
+    def start(self, trainer, iteration, reason="interval", **commit_args):
+        """Copy the state and start writing it; returns None (the name is committed later).
+        A save still in flight is committed first (at most one at a time)."""
+        self.drain()
+        self.commit_args = commit_args
+        staging = self.store.path(STAGING_PREFIX + checkpoint_name(iteration))
+        self.job = _Job(iteration, reason, staging, self.store.comm.rank, snapshot(trainer), self.writer)
+
+    def poll(self, wait=False):
+        """Commit the save in flight if every rank finished writing (or wait until they did, with
+        ``wait``); return the committed name or None. A failure on any rank raises on every rank."""
+        job = self.job
+        if job is None:
+            return None
+        if wait:
+            job.wait()
+        done = job.done()  # its outcome is final once done (set last by the thread)
+        error, disk = (job.error, job.disk) if done else (None, True)
+        flags = numpy.array([0 if done else 1, 1 if error else 0], dtype=numpy.int64)
+        writing, failed = collectives.allreduce_sum(self.store.comm, flags, name="checkpoint.async_poll")
+        if failed:
+            self.job = None
+            status = collectives.allgather_obj(self.store.comm, (error, disk), name="checkpoint.async_errors")
+            if self.store.comm.rank == 0:
+                shutil.rmtree(job.staging, ignore_errors=True)  # ranks still writing fail quietly
+            error_type = SaveError if all(d for e, d in status if e) else CheckpointError
+            raise error_type(
+                f"checkpoint {checkpoint_name(job.iteration)} not written (in the background): "
+                + "; ".join(e for e, _ in status if e)
+                + self.store._kept()
+            )
+        if writing:
+            return None
+        self.job = None
+        return self.store.save(job.iteration, lambda tmp: _move(job, tmp), reason=job.reason, **self.commit_args)
+
+    def drain(self):
+        """Wait for the save in flight (if any) and commit it; return its name or None."""
+        return self.poll(wait=True)
+
+
+def _move(job, tmp):
+    """``write_files`` for ``CheckpointStore.save``: rename this rank's staged file into ``tmp``;
+    returns {name: (size, sha256)} so the store does not hash the file again."""
+    for name in job.written:
+        os.replace(os.path.join(job.staging, name), os.path.join(tmp, name))
+    fsync_dir(tmp)
+    return job.written
