@@ -22,7 +22,7 @@ import numpy
 
 from mnframe.checkpoint.manifest import sha256_file
 from mnframe.checkpoint.store import TMP_PREFIX, checkpoint_name
-from mnframe.checkpoint.trainer_io import rank_file
+from mnframe.checkpoint.layout import rank_file
 from mnframe.runtime.errors import CheckpointError, SaveError
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_path, fsync_dir

@@ -14,6 +14,7 @@ import os
 import sys
 
 from mnframe.checkpoint import signing
+from mnframe.checkpoint.layout import describe, layout_of
 from mnframe.checkpoint.manifest import MANIFEST, Manifest, check_file, outside_problem
 from mnframe.checkpoint.store import _DAMAGED_RE, _NAME_RE, TMP_PREFIX
 from mnframe.runtime.errors import ConfigError
@@ -28,22 +29,9 @@ class BadInput(Exception):
 
 
 def layout_summary(manifest):
-    """One short phrase for the layout a checkpoint was written with: its ``layout`` record
-    when the manifest has one (stages x replicas), else data parallel over its world size."""
-    layout = getattr(manifest, "layout", None)
-    if not layout:
-        return f"data parallel x {manifest.world_size}"
-    if isinstance(layout, dict):
-        stages = layout.get("stages", layout.get("n_stages"))
-        stages = len(stages) if isinstance(stages, (list, tuple, dict)) else stages
-        replicas = layout.get("replicas", layout.get("data_parallel"))
-        if isinstance(stages, int) and stages > 0:
-            replicas = replicas if isinstance(replicas, int) else manifest.world_size // stages
-            if stages == 1:
-                return f"data parallel x {replicas}"
-            return f"{stages} stage(s) x {replicas} replica(s)"
-    text = str(layout)
-    return text if len(text) <= 40 else text[:37] + "..."
+    """One short phrase for the layout a checkpoint was written with (its manifest's layout
+    record; for an older manifest, the layout its world size and topology imply)."""
+    return describe(layout_of(manifest), graph=False)
 
 
 def checkpoint_root(run_dir):

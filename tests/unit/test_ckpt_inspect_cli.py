@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from mnframe.checkpoint import inspect_cli
+from mnframe.checkpoint.layout import make_layout
 from mnframe.checkpoint.manifest import Manifest
 from mnframe.checkpoint.store import CheckpointStore
 
@@ -51,17 +52,15 @@ def test_list_shows_iteration_reason_world_size_layout_and_size(run_dir, capsys)
     assert lines[0] == f"checkpoints in {run_dir / 'ckpts'} (newest first):"
     assert lines[1].split() == ["checkpoint", "iteration", "reason", "world", "size", "layout", "size", "status"]
     assert lines[2].split()[:4] == ["iter_00000004", "4", "final", "1"]
-    assert "data parallel x 1" in lines[2] and "3.9 KiB" in lines[2] and lines[2].endswith("ok")
+    assert "data parallel, 1 rank " in lines[2] and "3.9 KiB" in lines[2] and lines[2].endswith("ok")
     assert lines[3].split()[:4] == ["iter_00000002", "2", "interval", "1"] and "202 bytes" in lines[3]
 
 
 def test_layout_summary_reads_a_layout_record_when_there_is_one():
     manifest = Manifest(iteration=1, world_size=4, config_hash=None, files={})
-    assert inspect_cli.layout_summary(manifest) == "data parallel x 4"
-    manifest.layout = {"kind": "model_parallel", "stages": 2, "replicas": 2}
-    assert inspect_cli.layout_summary(manifest) == "2 stage(s) x 2 replica(s)"
-    manifest.layout = {"kind": "data_parallel", "stages": 1, "replicas": 4}
-    assert inspect_cli.layout_summary(manifest) == "data parallel x 4"
+    assert inspect_cli.layout_summary(manifest) == "data parallel, 4 ranks"
+    manifest.layout = make_layout(4, {"kind": "model_parallel", "ranks": [{"stages": []}, {"stages": []}]})
+    assert inspect_cli.layout_summary(manifest) == "model parallel, 2 stages x 2 replicas"
 
 
 def test_verify_names_the_damaged_file_and_exits_1(run_dir, capsys):
