@@ -20,9 +20,9 @@ import threading
 
 import numpy
 
+from mnframe.checkpoint.layout import rank_file
 from mnframe.checkpoint.manifest import sha256_file
 from mnframe.checkpoint.store import TMP_PREFIX, checkpoint_name
-from mnframe.checkpoint.layout import rank_file
 from mnframe.runtime.errors import CheckpointError, SaveError
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_path, fsync_dir
