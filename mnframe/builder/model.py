@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from mnframe.builder.instantiate import agree_on_faults, declared_parameters, instantiate
+from mnframe._targets import declared_parameters
+from mnframe.builder.instantiate import agree_on_faults, instantiate
 from mnframe.config.schema import Component, DataParallelTopology, RankPlan, RunConfig
 
 # constructor parameter -> the attribute of builder.communicator.Communicators it receives

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict
 
-from mnframe.builder.instantiate import import_target
+from mnframe._import_path import resolve as import_target
 from mnframe.config.schema import OptimizerConfig
 
 OPTIMIZERS: Dict[str, str] = {

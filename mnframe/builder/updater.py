@@ -10,7 +10,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Dict
 
-from mnframe.builder.instantiate import call_target, import_target
+from mnframe._import_path import resolve as import_target
+from mnframe._targets import call_target
 from mnframe.config.schema import UpdaterConfig
 
 

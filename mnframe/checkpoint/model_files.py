@@ -133,7 +133,8 @@ def build_user_model(cfg, name="main", model_rank=None):
     """The user's link ``name`` (no Classifier) built from a validated RunConfig, without communicators."""
     import chainer
 
-    from mnframe.builder.instantiate import declared_parameters, instantiate
+    from mnframe._targets import declared_parameters
+    from mnframe.builder.instantiate import instantiate
     from mnframe.builder.model import COMMUNICATOR_PARAMETERS
     from mnframe.config.schema import Component, DataParallelTopology
 

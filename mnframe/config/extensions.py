@@ -8,7 +8,8 @@ is one class here with ``kind: Literal["name"]`` and a ``build`` method, plus
 its name in ``Extension`` below; the validator, the error messages and the
 builder (``mnframe.builder.extensions``) derive everything from it.
 
-Only pydantic is imported at module level; ``build`` imports Chainer lazily.
+Only pydantic and the ground floor (``mnframe._targets``) are imported at module
+level; ``build`` imports Chainer lazily.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Annotated, Any, ClassVar, Dict, List, Literal, Optional, Unio
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from mnframe._targets import call_target, check_target
 from mnframe.config.errors import ConfigIssue, join_path
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -286,13 +288,9 @@ class CustomExt(ExtensionBase):
     kwargs: Dict[str, Any] = Field(default_factory=dict)
 
     def build(self, ctx):
-        from mnframe.builder.instantiate import call_target
-
         return call_target(self.target, self.kwargs)
 
     def issues(self, path, entries):
-        from mnframe.config.validate import check_target
-
         return check_target(path, self.target, self.kwargs)
 
 
