@@ -2,7 +2,7 @@
 
 import os
 
-from mnframe.checkpoint.config import CheckpointConfig
+from mnframe.config.checkpoint import CheckpointConfig
 from mnframe.checkpoint.extension import CheckpointExtension
 from mnframe.checkpoint.resume import resume
 from mnframe.checkpoint.store import CheckpointStore

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from mnframe.checkpoint.config import CheckpointConfig
+from mnframe.config.checkpoint import CheckpointConfig
 from mnframe.config.extensions import Extensions
 from mnframe.config.schedules import LrSchedule
 from mnframe.config.tune import TuneConfig
@@ -256,7 +256,7 @@ class DebugConfig(Strict):
 
 # -- checkpoint --------------------------------------------------------------
 
-# ``CheckpointConfig`` is the checkpoint package's own model (imported above).
+# ``CheckpointConfig`` is in ``mnframe.config.checkpoint`` (imported above).
 
 
 # -- the whole run -----------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from mnframe.checkpoint import config_diff
-from mnframe.checkpoint.config import CheckpointConfig
+from mnframe.config.checkpoint import CheckpointConfig
 from mnframe.checkpoint.manifest import MANIFEST, Manifest
 from mnframe.checkpoint.resume import check_config
 from mnframe.checkpoint.rng import RngState
