@@ -2,10 +2,10 @@
 
 import os
 
-from mnframe.config.checkpoint import CheckpointConfig
 from mnframe.checkpoint.extension import CheckpointExtension
 from mnframe.checkpoint.resume import resume
 from mnframe.checkpoint.store import CheckpointStore
+from mnframe.config.checkpoint import CheckpointConfig
 from mnframe.runtime import watchdog
 
 

@@ -2,10 +2,10 @@
 
 import pytest
 
+from mnframe.builder.validate import validate
 from mnframe.config import compose as C
 from mnframe.config.errors import ConfigError
 from mnframe.config.schema import ModelParallelTopology, RunConfig
-from mnframe.config.validate import validate
 
 RECIPES = sorted(C.find_recipes())
 # group options that need something this machine may lack (a GPU, a data path)
