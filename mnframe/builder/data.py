@@ -1,4 +1,4 @@
-"""Step 2: datasets and iterators.
+"""Step 3: datasets and iterators.
 
 ``STRATEGIES`` maps ``dataset.strategy`` to how the data reaches the
 data-parallel ranks. Every strategy returns this rank's (train, test) and may
@@ -39,10 +39,11 @@ class Strategy:
     # see the same batches; the world for data parallelism)
     span = "data"
 
-    def datasets(self, cfg: DatasetConfig, comm, seed: int, world) -> Tuple[Any, Any]:
+    # the interface's defaults: the strategies that use ``comm``, ``seed`` or ``train`` override them
+    def datasets(self, cfg: DatasetConfig, comm, seed: int, world) -> Tuple[Any, Any]:  # noqa: ARG002
         return _load(cfg, world)
 
-    def wrap_iterator(self, iterator, comm, train: bool):
+    def wrap_iterator(self, iterator, comm, train: bool):  # noqa: ARG002
         return iterator
 
 

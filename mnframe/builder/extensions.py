@@ -1,4 +1,4 @@
-"""Step 5b: trainer extensions, keyed by name in the config.
+"""Step 6: trainer extensions, keyed by name in the config.
 
 Each entry is a typed model of ``mnframe.config.extensions`` that builds its
 own Chainer extension; this step only decides which entries run on this rank

@@ -1,4 +1,4 @@
-"""Step 3: the model: a plain Chain (data parallel) or this rank's
+"""Step 4: the model: a plain Chain (data parallel) or this rank's
 ``MultiNodeChainList`` (model parallel), optionally wrapped in
 ``chainer.links.Classifier``.
 

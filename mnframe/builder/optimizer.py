@@ -1,4 +1,4 @@
-"""Step 4: the multi-node optimizer, its hooks and learning-rate schedule.
+"""Step 5: the multi-node optimizer, its hooks and learning-rate schedule.
 
 ``OPTIMIZERS`` maps ``optimizer.name`` to the Chainer class (``_target_``
 overrides it); ``HOOKS`` maps config fields to optimizer hooks;

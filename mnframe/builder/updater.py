@@ -1,4 +1,4 @@
-"""Step 5a: the updater (StandardUpdater, or ``updater._target_``).
+"""Step 6: the updater (StandardUpdater, or ``updater._target_``).
 
 ``PROVIDED`` is the one table of the arguments the builder passes to the
 updater itself; the validator accepts an updater that needs any of them
