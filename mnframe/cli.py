@@ -115,6 +115,14 @@ def run_dir_problem(run_dir: Optional[str]) -> Optional[str]:
     return run_lock.acquire(run_dir)  # one job per run directory, until run_job ends
 
 
+def validate_lazily(raw, world_size, has_cuda: bool = False):
+    """``mnframe.builder.validate.validate``, imported on the first call: the validator
+    composition gets for the rest of a refused command line (``--help`` stays cheap)."""
+    from mnframe.builder.validate import validate
+
+    return validate(raw, world_size, has_cuda=has_cuda)
+
+
 def agreed(exc: ConfigError) -> ConfigError:
     """Mark ``exc`` as raised on every rank after a shared verdict (guard.agree_timeout)."""
     exc.agreed = True
@@ -289,13 +297,12 @@ class Leader:
 
     def run(self, argv: Sequence[str]) -> None:
         from mnframe import tune
-        from mnframe.builder.validate import validate
         from mnframe.config.compose import run_hydra
         from mnframe.runtime import run_lock
 
         run_lock.new_command()
         try:
-            run_hydra(argv, self.task, validate=validate)
+            run_hydra(argv, self.task, validate=validate_lazily)
         except Exception as error:
             if not isinstance(error, ConfigError) and not (self.failures and len(self.failures) == self.jobs):
                 raise  # (a sweeper that fails once every job failed, e.g. Optuna's "no completed trial", is that)

@@ -56,7 +56,7 @@ RECIPE_FILE = "recipe.yaml"
 
 # ``validate(config, world_size=None, has_cuda=...)``, raising ConfigIssues: what checks the
 # rest of a command line whose overrides Hydra refused, so one message lists every problem.
-# The caller passes it (the CLI: ``mnframe.builder.validate.validate``, which needs the
+# The caller passes it (the CLI: ``mnframe.builder.validate.validate``, imported lazily; it needs the
 # builders' tables that config/ does not import); without it only Hydra's refusals are listed.
 Validator = Callable[..., Any]
 
