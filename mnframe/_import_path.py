@@ -6,8 +6,8 @@ module itself. Configs may also write the dotted ``package.module.attribute``
 that Hydra's ``_target_`` uses (every shipped recipe does): without a colon,
 the longest importable module prefix is the module and the rest the
 attribute. Used by the lazy export tables, the communicator registry, the
-config validator (``locate``: a problem text instead of an exception) and the
-builders (``resolve``).
+``_target_`` checks (``locate``: a problem text instead of an exception, see
+``mnframe._targets``) and the builders (``resolve``).
 """
 
 import importlib
@@ -33,7 +33,7 @@ def _import(module_name):
 
 def locate(path):
     """``(object, None, None)``, or ``(None, problem, suggestion)`` saying why ``path`` does not resolve."""
-    from mnframe.config.errors import suggest
+    from mnframe._config_issue import suggest
 
     if not isinstance(path, str) or not path.strip(". :"):
         return None, "not an import path `package.module:name` (or `package.module.name`)", None

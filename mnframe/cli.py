@@ -116,6 +116,14 @@ def run_dir_problem(run_dir: Optional[str]) -> Optional[str]:
     return run_lock.acquire(run_dir)  # one job per run directory, until run_job ends
 
 
+def validate_lazily(raw, world_size, has_cuda: bool = False):
+    """``mnframe.builder.validate.validate``, imported on the first call: the validator
+    composition gets for the rest of a refused command line (``--help`` stays cheap)."""
+    from mnframe.builder.validate import validate
+
+    return validate(raw, world_size, has_cuda=has_cuda)
+
+
 def agreed(exc: ConfigError) -> ConfigError:
     """Mark ``exc`` as raised on every rank after a shared verdict (guard.agree_timeout)."""
     exc.agreed = True
@@ -126,8 +134,8 @@ def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str
     """Validate on this rank (rank 0 also checks that it can write ``run_dir``), then
     allgather (hash, error) so every rank reaches the same verdict; returns
     (RunConfig, plain dict, hash) or raises ConfigError."""
+    from mnframe.builder.validate import validate
     from mnframe.config.compose import config_hash, from_yaml, to_yaml
-    from mnframe.config.validate import validate
     from mnframe.runtime import oplog
 
     config = from_yaml(yaml_text)
@@ -295,7 +303,7 @@ class Leader:
 
         run_lock.new_command()
         try:
-            run_hydra(argv, self.task)
+            run_hydra(argv, self.task, validate=validate_lazily)
         except Exception as error:
             if not isinstance(error, ConfigError) and not (self.failures and len(self.failures) == self.jobs):
                 raise  # (a sweeper that fails once every job failed, e.g. Optuna's "no completed trial", is that)
@@ -352,12 +360,12 @@ def train(argv: Sequence[str]) -> None:
 def check(argv: Sequence[str], world_size: int, has_cuda: bool = False, graph_png: Optional[str] = None) -> str:
     """``--check``: compose and validate for ``world_size`` ranks without MPI;
     return the report (the rank graph for model parallelism)."""
+    from mnframe.builder.validate import validate
     from mnframe.config import topology
     from mnframe.config.compose import compose, config_dirs_from_argv
     from mnframe.config.schema import ModelParallelTopology
-    from mnframe.config.validate import validate
 
-    config = compose(_hydra_overrides(argv), config_dirs_from_argv(argv))
+    config = compose(_hydra_overrides(argv), config_dirs_from_argv(argv), validate=validate)
     cfg = validate(config, world_size, has_cuda=has_cuda)
     lines = [
         f"config OK for {world_size} rank(s): recipe {cfg.name!r}, "

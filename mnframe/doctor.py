@@ -269,6 +269,16 @@ def check_bandwidth(mpi, nbytes: int = 8 << 20, repeat: int = 5) -> List[Result]
     ]
 
 
+def _rows(step: Callable) -> Callable:
+    """A ``doctor_nodes`` step (rows as tuples) as a step that returns ``Result``s."""
+
+    def run(mpi) -> List[Result]:
+        return [Result(*row) for row in step(mpi)]
+
+    run.__name__ = step.__name__
+    return run
+
+
 STEPS: List[Callable] = [
     check_mpi_library,
     check_world,
@@ -276,8 +286,8 @@ STEPS: List[Callable] = [
     lambda mpi: check_cuda(),
     check_cuda_aware_mpi,
     check_bandwidth,
-    doctor_nodes.check_transport,
-    doctor_nodes.check_node_bandwidth,
+    _rows(doctor_nodes.check_transport),
+    _rows(doctor_nodes.check_node_bandwidth),
 ]
 
 

@@ -3,6 +3,8 @@
 Multi-node problems users meet are slow or wrong transports (traffic over a 1 Gbit/s
 management network, shared memory where there is none); these steps say what MPI uses and
 measure it: a ping-pong between two ranks on different nodes and between two ranks of one node.
+Each step returns rows ``(status, step, detail)``, which ``mnframe.doctor`` turns into its
+``Result``s (so this module does not import that one).
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import List
+from typing import List, Tuple
+
+Row = Tuple[str, str, str]  # (PASS | FAIL | INFO | SKIP, step, detail)
 
 
 def _netmod(mpi) -> str:
@@ -36,9 +40,7 @@ def _interfaces() -> str:
     return ",".join(names) or "none"
 
 
-def check_transport(mpi) -> List[object]:
-    from mnframe.doctor import Result
-
+def check_transport(mpi) -> List[Row]:
     comm = mpi.COMM_WORLD
     rows = comm.allgather((socket.gethostname(), _interfaces()))
     nodes = {}
@@ -51,7 +53,7 @@ def check_transport(mpi) -> List[object]:
             f"{h}: {i}" for h, i in nodes.items()
         )
     within = "MPICH's shared memory" if "MPICH" in mpi.Get_library_version() else "the MPI's own choice"
-    return [Result("INFO", "transport", f"{between}; within a node: {within}")]
+    return [("INFO", "transport", f"{between}; within a node: {within}")]
 
 
 def _pingpong(comm, a, b, nbytes, repeat):
@@ -79,13 +81,11 @@ def _pingpong(comm, a, b, nbytes, repeat):
     return 2 * repeat * nbytes / (time.perf_counter() - start)
 
 
-def check_node_bandwidth(mpi, nbytes: int = 16 << 20, repeat: int = 3) -> List[object]:
-    from mnframe.doctor import Result
-
+def check_node_bandwidth(mpi, nbytes: int = 16 << 20, repeat: int = 3) -> List[Row]:
     comm = mpi.COMM_WORLD
     hosts = comm.allgather(socket.gethostname())
     if len(hosts) == 1:
-        return [Result("SKIP", "bandwidth between/within nodes", "one rank")]
+        return [("SKIP", "bandwidth between/within nodes", "one rank")]
     pairs = []
     other = next((r for r, h in enumerate(hosts) if h != hosts[0]), None)
     if other is not None:
@@ -99,7 +99,7 @@ def check_node_bandwidth(mpi, nbytes: int = 16 << 20, repeat: int = 3) -> List[o
     for what, a, b in pairs:
         rate = comm.bcast(_pingpong(comm, a, b, nbytes, repeat), root=a)
         results.append(
-            Result(
+            (
                 "INFO",
                 f"bandwidth {what}",
                 f"rank {a} ({hosts[a]}) <-> rank {b} ({hosts[b]}): {rate / 1e9:.2f} GB/s "

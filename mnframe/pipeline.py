@@ -62,8 +62,9 @@ def build_trainer(
     """Everything up to ``trainer.run()`` (the checkpoint loaded when resuming)."""
     from chainer import training
 
+    from mnframe.checkpoint.accumulate import resolve_auto
     from mnframe.training.debug import NoCheckpoint
-    from mnframe.training.updater import PhaseTimer, resolve_auto
+    from mnframe.training.updater import PhaseTimer
 
     comms = build_communicators(cfg.communicator, cfg.topology)
     device = select_device(cfg.trainer.device, comms.world)

@@ -133,7 +133,7 @@ def weight_source(run_dir: str, cfg, comms, user: Dict[str, Any], checkpoint: Op
     """{model name: (path, prefix)} for this rank: the exported files, or a checkpoint
     (by name, or the newest when the run exported nothing); collective."""
     from mnframe.builder.model import rank_plan
-    from mnframe.checkpoint.export import export_file_names
+    from mnframe.checkpoint.model_files import export_file_names
     from mnframe.checkpoint.store import CheckpointStore
     from mnframe.checkpoint.trainer_io import rank_file
 

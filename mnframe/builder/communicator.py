@@ -1,7 +1,7 @@
 """Step 1: the communicator(s).
 
-``communicator_table()`` is the name table the validator checks against
-(``mnframe.communicators.registry.COMMUNICATORS``). ``build_communicators``
+``communicator_table()`` is the name table ``communicator_issues`` checks
+against (``mnframe.communicators.registry.COMMUNICATORS``). ``build_communicators``
 creates the world communicator and, for a model-parallel topology, splits it
 into the model-parallel group of this rank and the data-parallel group of
 its replicas (dual parallelism)."""
@@ -9,8 +9,9 @@ its replicas (dual parallelism)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
+from mnframe.config.errors import ConfigIssue, suggest
 from mnframe.config.schema import CommunicatorConfig, ModelParallelTopology
 
 
@@ -19,6 +20,42 @@ def communicator_table() -> Dict[str, Any]:
     from mnframe.communicators.registry import COMMUNICATORS
 
     return dict(COMMUNICATORS)
+
+
+def communicator_issues(cfg: CommunicatorConfig, has_cuda: bool, device: Optional[str]) -> List[ConfigIssue]:
+    """``communicator.name`` is in the table, and its device needs are met."""
+    table = communicator_table()
+    info = table.get(cfg.name)
+    if info is None:
+        return [
+            ConfigIssue(
+                "communicator.name",
+                "unknown communicator",
+                value=cfg.name,
+                allowed=", ".join(sorted(table)),
+                suggestion=suggest(cfg.name, table),
+            )
+        ]
+    issues = []
+    if getattr(info, "needs_cuda", False) and not has_cuda:
+        issues.append(
+            ConfigIssue(
+                "communicator.name",
+                "this communicator needs a CUDA GPU (CuPy) and none was found",
+                value=cfg.name,
+                allowed=", ".join(sorted(n for n, i in table.items() if getattr(i, "cpu_ok", False))),
+            )
+        )
+    elif not getattr(info, "cpu_ok", True) and device == "cpu":
+        issues.append(
+            ConfigIssue(
+                "trainer.device",
+                f"communicator {cfg.name!r} cannot train on the CPU",
+                value=device,
+                allowed="gpu, auto",
+            )
+        )
+    return issues
 
 
 @dataclass

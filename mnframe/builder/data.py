@@ -1,4 +1,4 @@
-"""Step 2: datasets and iterators.
+"""Step 3: datasets and iterators.
 
 ``STRATEGIES`` maps ``dataset.strategy`` to how the data reaches the
 data-parallel ranks. Every strategy returns this rank's (train, test) and may
@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from mnframe._targets import check_target
 from mnframe.builder.instantiate import agree_on_faults, instantiate
+from mnframe.config.errors import ConfigIssue, suggest
 from mnframe.config.schema import DatasetConfig
 
 log = logging.getLogger("mnframe.data")
@@ -37,10 +39,11 @@ class Strategy:
     # see the same batches; the world for data parallelism)
     span = "data"
 
-    def datasets(self, cfg: DatasetConfig, comm, seed: int, world) -> Tuple[Any, Any]:
+    # the interface's defaults: the strategies that use ``comm``, ``seed`` or ``train`` override them
+    def datasets(self, cfg: DatasetConfig, comm, seed: int, world) -> Tuple[Any, Any]:  # noqa: ARG002
         return _load(cfg, world)
 
-    def wrap_iterator(self, iterator, comm, train: bool):
+    def wrap_iterator(self, iterator, comm, train: bool):  # noqa: ARG002
         return iterator
 
 
@@ -107,6 +110,38 @@ STRATEGIES: Dict[str, Strategy] = {
     "synchronized": Synchronized(),
     "replicate": Replicate(),
 }
+
+
+def dataset_issues(cfg: DatasetConfig, dp_width: Optional[int]) -> List[ConfigIssue]:
+    """``dataset.strategy`` is in ``STRATEGIES``; the global batch divides over the
+    ``dp_width`` data-parallel ranks (None: not known, not checked)."""
+    issues = []
+    if cfg.strategy not in STRATEGIES:
+        issues.append(
+            ConfigIssue(
+                "dataset.strategy",
+                "unknown data strategy",
+                value=cfg.strategy,
+                allowed=", ".join(sorted(STRATEGIES)),
+                suggestion=suggest(cfg.strategy, STRATEGIES),
+            )
+        )
+    if cfg.global_batch_size is not None and dp_width is not None:
+        if cfg.global_batch_size % dp_width:
+            issues.append(
+                ConfigIssue(
+                    "dataset.global_batch_size",
+                    f"must be divisible by the {dp_width} data-parallel ranks",
+                    value=cfg.global_batch_size,
+                    allowed=f"a multiple of {dp_width}",
+                )
+            )
+    return issues
+
+
+def source_issues(cfg: DatasetConfig) -> List[ConfigIssue]:
+    """``dataset.source``'s ``_target_`` imports and takes its arguments."""
+    return check_target("dataset.source", cfg.source.target, cfg.source.kwargs)
 
 
 @dataclass

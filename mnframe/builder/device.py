@@ -1,4 +1,4 @@
-"""Device choice: CPU, or GPU ``intra_rank % GPU count`` of the rank's host.
+"""Step 2: the device: CPU, or GPU ``intra_rank % GPU count`` of the rank's host.
 
 More ranks on a host than GPUs is allowed: ranks then share GPUs, which the
 communicators that move GPU data through host memory (non_cuda_aware, flat,

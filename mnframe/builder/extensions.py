@@ -1,4 +1,4 @@
-"""Step 5b: trainer extensions, keyed by name in the config.
+"""Step 6: trainer extensions, keyed by name in the config.
 
 Each entry is a typed model of ``mnframe.config.extensions`` that builds its
 own Chainer extension; this step only decides which entries run on this rank
@@ -9,8 +9,9 @@ extensions off the other ranks).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict
+from typing import Any, Dict, List
 
+from mnframe.config.errors import ConfigIssue
 from mnframe.config.extensions import ExtensionBase
 
 
@@ -36,3 +37,12 @@ def add_extensions(trainer, entries: Dict[str, ExtensionBase], ctx: ExtensionCon
         if extension is None:
             continue
         trainer.extend(extension, name=entry.report_name(name), trigger=entry.trigger())
+
+
+def extension_issues(entries: Dict[str, ExtensionBase]) -> List[ConfigIssue]:
+    """What each enabled kind checks itself (a custom ``_target_``, a missing package, ...)."""
+    issues: List[ConfigIssue] = []
+    for name, entry in entries.items():
+        if entry.enabled:
+            issues += entry.issues(f"extensions.{name}", entries)
+    return issues

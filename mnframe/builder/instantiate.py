@@ -1,4 +1,4 @@
-"""``_target_`` objects: import a dotted path and call it with the config's kwargs.
+"""``_target_`` components: call one (``mnframe._targets.call_target``) with the config's kwargs.
 
 A ``_target_`` that rejects its arguments (a missing data file, a negative
 size) is a configuration problem, not a crash: ``instantiate(..., path=key)``
@@ -14,37 +14,15 @@ see ``mnframe.recipes.blame``): the key is then ``key.path``.
 from __future__ import annotations
 
 import contextlib
-import inspect
 from typing import Any, Dict, Iterator, Optional
 
-from mnframe._import_path import resolve as import_target  # validate.check_target checked the path already
+from mnframe._targets import call_target
 from mnframe.config.errors import ConfigError
 from mnframe.config.schema import Component
 
 # What a constructor or data loader raises when its arguments are wrong
 # (anything else is a bug and keeps its traceback).
 CONFIG_FAULTS = (OSError, ValueError, TypeError, KeyError)
-
-
-def call_target(dotted: str, kwargs: Dict[str, Any], **provided: Any) -> Any:
-    """Call ``dotted`` with ``kwargs`` and those ``provided`` arguments it accepts."""
-    fn = import_target(dotted)
-    try:
-        params = inspect.signature(fn).parameters
-        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        provided = {k: v for k, v in provided.items() if takes_any or k in params}
-    except (TypeError, ValueError):
-        pass
-    return fn(**provided, **kwargs)
-
-
-def declared_parameters(dotted: str, names) -> set:
-    """Those of ``names`` that ``dotted``'s signature declares by name (not through ``**kwargs``)."""
-    try:
-        params = inspect.signature(import_target(dotted)).parameters
-    except (TypeError, ValueError):
-        return set()
-    return {n for n in names if n in params and params[n].kind is not inspect.Parameter.VAR_KEYWORD}
 
 
 def describe_call(dotted: str, kwargs: Dict[str, Any]) -> str:

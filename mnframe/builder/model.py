@@ -1,4 +1,4 @@
-"""Step 3: the model: a plain Chain (data parallel) or this rank's
+"""Step 4: the model: a plain Chain (data parallel) or this rank's
 ``MultiNodeChainList`` (model parallel), optionally wrapped in
 ``chainer.links.Classifier``.
 
@@ -15,9 +15,11 @@ not set them (``validate`` checks both ways).
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List
 
-from mnframe.builder.instantiate import agree_on_faults, declared_parameters, instantiate
+from mnframe._targets import check_target, declared_parameters
+from mnframe.builder.instantiate import agree_on_faults, instantiate
+from mnframe.config.errors import ConfigIssue
 from mnframe.config.schema import Component, DataParallelTopology, RankPlan, RunConfig
 
 # constructor parameter -> the attribute of builder.communicator.Communicators it receives
@@ -81,3 +83,32 @@ def rank_plan(cfg: RunConfig, comms):
     if isinstance(cfg.topology, DataParallelTopology):
         return None
     return cfg.topology.ranks[comms.model.rank]
+
+
+def model_issues(models: Any, topology: Any) -> List[ConfigIssue]:
+    """Every model ``_target_`` (and each model-parallel stage's module) imports and takes
+    its arguments, none of the communicators the builder passes is set in the config, and
+    a data-parallel topology has a model."""
+    provided = COMMUNICATOR_PARAMETERS
+    issues: List[ConfigIssue] = []
+    if isinstance(models, Component):
+        issues += check_target("model", models.target, models.kwargs, provided)
+    elif isinstance(models, dict):
+        for name, comp in models.items():
+            issues += check_target(f"model.{name}", comp.target, comp.kwargs, provided)
+    if isinstance(topology, DataParallelTopology):
+        if not models:
+            issues.append(
+                ConfigIssue(
+                    "model",
+                    "a data-parallel topology needs a model",
+                    allowed="model=mlp or {_target_: your.Model, ...}",
+                )
+            )
+    else:
+        for r, plan in enumerate(topology.ranks):
+            for i, stage in enumerate(plan.stages):
+                issues += check_target(
+                    f"topology.ranks.{r}.stages.{i}.module", stage.module.target, stage.module.kwargs, provided
+                )
+    return issues

@@ -1,4 +1,4 @@
-"""Step 4: the multi-node optimizer, its hooks and learning-rate schedule.
+"""Step 5: the multi-node optimizer, its hooks and learning-rate schedule.
 
 ``OPTIMIZERS`` maps ``optimizer.name`` to the Chainer class (``_target_``
 overrides it); ``HOOKS`` maps config fields to optimizer hooks;
@@ -7,9 +7,11 @@ the ``lr_schedule`` builds its own extension (``mnframe.config.schedules``).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List
 
-from mnframe.builder.instantiate import import_target
+from mnframe._import_path import resolve as import_target
+from mnframe._targets import check_target
+from mnframe.config.errors import ConfigIssue, join_path, suggest
 from mnframe.config.schema import OptimizerConfig
 
 OPTIMIZERS: Dict[str, str] = {
@@ -95,3 +97,82 @@ def schedule_extension(cfg: OptimizerConfig, optimizer):
     if cfg.lr_schedule is None:
         return None
     return cfg.lr_schedule.build(optimizer)
+
+
+# -- checks (``mnframe.builder.validate``) ---------------------------------------
+
+
+def optimizer_issues(cfg: OptimizerConfig) -> List[ConfigIssue]:
+    """``optimizer.name`` (or ``_target_``) and the hyper-parameters it takes, and the
+    averaging options that exclude each other."""
+    if cfg.target:
+        dotted = cfg.target
+    elif cfg.name in OPTIMIZERS:
+        dotted = OPTIMIZERS[cfg.name]
+    else:
+        return [
+            ConfigIssue(
+                "optimizer.name",
+                "unknown optimizer",
+                value=cfg.name,
+                allowed=", ".join(sorted(OPTIMIZERS)) + " (or set optimizer._target_)",
+                suggestion=suggest(cfg.name or "", OPTIMIZERS),
+            )
+        ]
+    issues, bad = _hparam_issues(cfg)
+    aliases = {} if cfg.target else HPARAM_ALIASES.get(cfg.name or "", {})
+    unchecked = {aliases.get(key, key) for key in bad}
+    kwargs = {k: v for k, v in optimizer_kwargs(cfg).items() if k not in unchecked}
+    issues += check_target("optimizer", dotted, kwargs)
+    return issues + _averaging_issues(cfg)
+
+
+def _hparam_issues(cfg: OptimizerConfig):
+    """(issues, the keys that are not numbers), reported under the key the user wrote
+    (``lr``, not the ``alpha`` it stands for)."""
+    issues, bad = [], set()
+    for key, value in cfg.hparams.items():
+        if not isinstance(value, (int, float, bool, type(None))) or value == "???":
+            bad.add(key)
+            issues.append(
+                ConfigIssue(join_path("optimizer", key), "hyper-parameters must be numbers or booleans", value=value)
+            )
+    aliases = {} if cfg.target else HPARAM_ALIASES.get(cfg.name or "", {})
+    for alias, real in aliases.items():
+        if cfg.hparams.get(alias) is not None and cfg.hparams.get(real) is not None:
+            issues.append(
+                ConfigIssue(
+                    join_path("optimizer", alias),
+                    f"{alias!r} is another name of {real!r} for {cfg.name}, and both are set",
+                    value=cfg.hparams[alias],
+                    allowed=f"set one of them: optimizer.{real}=null optimizer.{alias}=..., "
+                    f"or optimizer.{real}=... alone",
+                )
+            )
+    return issues, bad
+
+
+def _averaging_issues(cfg: OptimizerConfig) -> List[ConfigIssue]:
+    # double_buffering works with every communicator (pure_nccl: NCCL on a CUDA stream; the others:
+    # non-blocking MPI, CPU or GPU), so it needs no check here; nor does overlap
+    issues = []
+    if cfg.overlap and cfg.double_buffering:
+        issues.append(
+            ConfigIssue(
+                "optimizer.overlap",
+                "overlap and double_buffering both overlap the averaging",
+                value=True,
+                allowed="set one of them: optimizer.double_buffering=false (overlap: every step its own "
+                "average) or optimizer.overlap=false (double buffering: one step stale)",
+            )
+        )
+    if cfg.bucket_cap_mb is not None and not cfg.overlap:
+        issues.append(
+            ConfigIssue(
+                "optimizer.bucket_cap_mb",
+                "sizes the buckets of optimizer.overlap, which is off",
+                value=cfg.bucket_cap_mb,
+                allowed="optimizer.overlap=true, or bucket_cap_mb=null",
+            )
+        )
+    return issues

@@ -1,4 +1,4 @@
-"""Step 5a: the updater (StandardUpdater, or ``updater._target_``).
+"""Step 6: the updater (StandardUpdater, or ``updater._target_``).
 
 ``PROVIDED`` is the one table of the arguments the builder passes to the
 updater itself; the validator accepts an updater that needs any of them
@@ -8,9 +8,11 @@ without asking the config for it.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List
 
-from mnframe.builder.instantiate import call_target, import_target
+from mnframe._import_path import resolve as import_target
+from mnframe._targets import call_target, check_target
+from mnframe.config.errors import ConfigIssue
 from mnframe.config.schema import UpdaterConfig
 
 
@@ -64,3 +66,32 @@ def _parameters(dotted: str):
         return inspect.signature(import_target(dotted)).parameters
     except (TypeError, ValueError):
         return {}
+
+
+def updater_issues(sections: Dict[str, Any]) -> List[ConfigIssue]:
+    """``updater._target_`` takes its arguments (``PROVIDED`` come from the builder), and
+    ``updater.accumulate`` / ``debug=profile`` have what they need."""
+    updater = sections["updater"]
+    issues = check_target("updater", updater.target, updater.kwargs, set(PROVIDED))
+    return issues + _micro_batch_issues(sections)
+
+
+def _micro_batch_issues(s: Dict[str, Any]) -> List[ConfigIssue]:
+    """``updater.accumulate`` and ``debug=profile`` replace the standard updater: not a custom one."""
+    updater = s["updater"]
+    profile = "debug" in s and s["debug"].profile
+    if updater.accumulate == 1 and not profile:
+        return []
+    key, value = ("updater.accumulate", updater.accumulate) if updater.accumulate != 1 else ("debug.profile", True)
+    if updater.target.replace(":", ".") not in STANDARD_UPDATERS:
+        return [
+            ConfigIssue(
+                key,
+                f"works with the standard updater only, not updater._target_={updater.target}",
+                value=value,
+                allowed="the default updater (drop updater._target_)",
+            )
+        ]
+    if isinstance(s.get("model"), dict) and len(s["model"]) > 1:
+        return [ConfigIssue(key, "works with one model only (this recipe has several)", value=value)]
+    return []

@@ -2,11 +2,11 @@
 
 import os
 
-from mnframe.checkpoint.config import CheckpointConfig
 from mnframe.checkpoint.extension import CheckpointExtension
 from mnframe.checkpoint.layout import make_layout
 from mnframe.checkpoint.resume import resume
 from mnframe.checkpoint.store import CheckpointStore
+from mnframe.config.checkpoint import CheckpointConfig
 from mnframe.runtime import watchdog
 
 

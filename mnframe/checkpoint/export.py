@@ -14,27 +14,17 @@ run's config), or into the same link built by hand with ``load_params(path, mode
 
 import os
 
+from mnframe.checkpoint.model_files import export_file_names, save_safetensors
 from mnframe.runtime.errors import SaveError
 from mnframe.utils.collectives import share_verdict
 from mnframe.utils.fs import atomic_path
 from mnframe.utils.npz import WriteFailed, payload_bytes, serialize, write_npz
 
 
-def export_file_names(models, model_rank=None):
-    """{file name: model name} for this rank's models (``model_rank`` for model parallelism)."""
-    if model_rank is not None:
-        return {f"model_rank{model_rank}.npz": name for name in models}
-    if list(models) == ["main"]:
-        return {"model.npz": "main"}
-    return {f"model_{name}.npz": name for name in models}
-
-
 def export_models(run_dir, models, writer, world, model_rank=None):
     """Write ``models`` ({name: link}) into ``run_dir`` on ranks where ``writer`` is true;
     collective over ``world`` (an error on any rank is raised on every rank, a failed write as
     one ``SaveError`` line naming the path and the bytes needed). Returns the paths."""
-    from mnframe.checkpoint.model_files import save_safetensors
-
     written, error = [], None
     if writer:
         try:

@@ -95,12 +95,19 @@ def load_params(path, link, strict=True):
     return link
 
 
+def export_file_names(models, model_rank=None):
+    """{file name: model name} for this rank's models (``model_rank`` for model parallelism)."""
+    if model_rank is not None:
+        return {f"model_rank{model_rank}.npz": name for name in models}
+    if list(models) == ["main"]:
+        return {"model.npz": "main"}
+    return {f"model_{name}.npz": name for name in models}
+
+
 def model_file(run_dir, name="main", model_rank=None, fmt="auto"):
     """The path of a run's exported model ``name`` (``model_rank`` for model parallelism).
 
     ``fmt``: ``safetensors``, ``npz``, or ``auto`` (safetensors when present)."""
-    from mnframe.checkpoint.export import export_file_names
-
     names = {model: file for file, model in export_file_names([name], model_rank).items()}
     base = os.path.join(os.fspath(run_dir), names[name][: -len(".npz")])
     suffixes = {"auto": SUFFIXES, "safetensors": (".safetensors",), "npz": (".npz",)}.get(fmt)
@@ -116,8 +123,8 @@ def model_file(run_dir, name="main", model_rank=None, fmt="auto"):
 
 
 def _read_config(run_dir, config):
+    from mnframe.builder.validate import validate
     from mnframe.config.compose import from_yaml
-    from mnframe.config.validate import validate
 
     if config is None or isinstance(config, (str, os.PathLike)):
         path = os.fspath(config) if config is not None else os.path.join(os.fspath(run_dir), "config.yaml")
@@ -133,7 +140,8 @@ def build_user_model(cfg, name="main", model_rank=None):
     """The user's link ``name`` (no Classifier) built from a validated RunConfig, without communicators."""
     import chainer
 
-    from mnframe.builder.instantiate import declared_parameters, instantiate
+    from mnframe._targets import declared_parameters
+    from mnframe.builder.instantiate import instantiate
     from mnframe.builder.model import COMMUNICATOR_PARAMETERS
     from mnframe.config.schema import Component, DataParallelTopology
 

@@ -54,6 +54,13 @@ RECIPES_DIR = _shipped_dir("recipes")
 RECIPE_FILE = "recipe.yaml"
 
 
+# ``validate(config, world_size=None, has_cuda=...)``, raising ConfigIssues: what checks the
+# rest of a command line whose overrides Hydra refused, so one message lists every problem.
+# The caller passes it (the CLI: ``mnframe.builder.validate.validate``, imported lazily; it needs the
+# builders' tables that config/ does not import); without it only Hydra's refusals are listed.
+Validator = Callable[..., Any]
+
+
 @dataclass(frozen=True)
 class ComposedJob:
     """One composed, resolved job: what rank 0 broadcasts to the other ranks.
@@ -276,15 +283,19 @@ def overrides_from_argv(argv: Sequence[str]) -> List[str]:
     return [a for a in argv if not a.startswith("-") and ("=" in a or a.startswith("~"))]
 
 
-def _issues_of_the_rest(overrides: Sequence[str], config_dirs: Sequence[Path]) -> List[ConfigIssue]:
+def _issues_of_the_rest(
+    overrides: Sequence[str], config_dirs: Sequence[Path], validate: Optional[Validator]
+) -> List[ConfigIssue]:
     """What else is wrong once the overrides Hydra refused are left out: the rest is
-    composed (collecting Hydra's next refusal the same way) and validated, leaving
-    out the checks that need the world size, so one message lists every problem."""
+    composed (collecting Hydra's next refusal the same way) and, with ``validate``,
+    validated, leaving out the checks that need the world size, so one message lists
+    every problem."""
     from mnframe.communicators.registry import cuda_problem
-    from mnframe.config.validate import validate
 
     try:
-        validate(compose(overrides, config_dirs), world_size=None, has_cuda=cuda_problem() is None)
+        config = compose(overrides, config_dirs, validate=validate)
+        if validate is not None:
+            validate(config, world_size=None, has_cuda=cuda_problem() is None)
     except ConfigIssues as more:
         return more.issues
     except ConfigError:
@@ -293,10 +304,14 @@ def _issues_of_the_rest(overrides: Sequence[str], config_dirs: Sequence[Path]) -
 
 
 def hydra_error_to_config_error(
-    exc: BaseException, config_dirs: Sequence[Path] = (), overrides: Optional[Sequence[str]] = None
+    exc: BaseException,
+    config_dirs: Sequence[Path] = (),
+    overrides: Optional[Sequence[str]] = None,
+    validate: Optional[Validator] = None,
 ) -> ConfigError:
     """A Hydra/OmegaConf composition failure as a ConfigError with a suggestion;
-    with the command line's ``overrides``, the problems of the rest are added."""
+    with the command line's ``overrides``, the problems of the rest are added
+    (those ``validate`` finds in it too)."""
     import yaml
 
     text = str(exc).strip()
@@ -327,7 +342,7 @@ def hydra_error_to_config_error(
     if issues:
         rest = [o for o in overrides or () if _override_key(o) not in refused]
         if overrides is not None and len(rest) < len(overrides):
-            issues += [i for i in _issues_of_the_rest(rest, config_dirs) if i not in issues]
+            issues += [i for i in _issues_of_the_rest(rest, config_dirs, validate) if i not in issues]
         return ConfigIssues(issues)
     if isinstance(exc, yaml.YAMLError):
         return ConfigError("cannot read a config file (a YAML syntax error):\n  " + text.replace("\n", "\n  "))
@@ -370,12 +385,12 @@ def list_group_options(group: str, config_dirs: Sequence[Path] = ()) -> List[str
 
 @contextlib.contextmanager
 def hydra_errors_as_config_errors(
-    config_dirs: Sequence[Path] = (), overrides: Optional[Sequence[str]] = None
+    config_dirs: Sequence[Path] = (), overrides: Optional[Sequence[str]] = None, validate: Optional[Validator] = None
 ) -> Iterator[None]:
     try:
         yield
     except _composition_errors() as exc:
-        raise hydra_error_to_config_error(exc, config_dirs, overrides) from None
+        raise hydra_error_to_config_error(exc, config_dirs, overrides, validate) from None
 
 
 def _composition_errors():
@@ -399,8 +414,11 @@ def resolve(cfg: Any) -> Dict[str, Any]:
 # -- the two ways to compose ----------------------------------------------------
 
 
-def compose(overrides: Sequence[str] = (), config_dirs: Sequence[Path] = ()) -> Dict[str, Any]:
-    """Compose and resolve without Hydra's run directory (``--check``, tests)."""
+def compose(
+    overrides: Sequence[str] = (), config_dirs: Sequence[Path] = (), validate: Optional[Validator] = None
+) -> Dict[str, Any]:
+    """Compose and resolve without Hydra's run directory (``--check``, tests);
+    ``validate``: see ``Validator``."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -412,7 +430,7 @@ def compose(overrides: Sequence[str] = (), config_dirs: Sequence[Path] = ()) -> 
     if config_dirs:
         overrides.append("hydra.searchpath=[" + ",".join(f"file://{d}" for d in config_dirs) + "]")
     GlobalHydra.instance().clear()
-    with hydra_errors_as_config_errors(config_dirs, users):
+    with hydra_errors_as_config_errors(config_dirs, users, validate):
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             return resolve(hydra_compose(config_name="config", overrides=overrides))
 
@@ -426,8 +444,11 @@ def run_dir_error(exc: BaseException, run_dir: Optional[str] = None) -> ConfigEr
     )
 
 
-def run_hydra(argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str = "mnframe") -> None:
-    """Hydra's command line over ``argv``; ``task`` runs once per composed job."""
+def run_hydra(
+    argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str = "mnframe", validate: Optional[Validator] = None
+) -> None:
+    """Hydra's command line over ``argv``; ``task`` runs once per composed job
+    (``validate``: see ``Validator``)."""
     import hydra
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
@@ -484,7 +505,7 @@ def run_hydra(argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str
         if isinstance(exc, _composition_errors()) and not in_task:
             sweep = any(a in ("-m", "--multirun") for a in argv)  # a sweep's overrides list values
             overrides = None if sweep else overrides_from_argv(argv)
-            raise hydra_error_to_config_error(exc, config_dirs, overrides) from None
+            raise hydra_error_to_config_error(exc, config_dirs, overrides, validate) from None
         if isinstance(exc, OSError) and not any(exc is e for e in task_errors):
             raise run_dir_error(exc) from None  # Hydra could not create the run directory
         raise

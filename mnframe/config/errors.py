@@ -1,20 +1,18 @@
 """Configuration problems, collected and reported all at once.
 
-A ``ConfigIssue`` names the config path, the bad value, what is wrong and
-what is allowed (with a "did you mean" suggestion for misspellings).
+A ``ConfigIssue`` (``mnframe._config_issue``, the ground floor every package may
+import) names the config path, the bad value, what is wrong and what is allowed
+(with a "did you mean" suggestion for misspellings).
 ``raise_issues`` turns a list of them into one ``ConfigError`` whose message
 lists every issue; the guard prints it without a traceback and exits 2.
 """
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass
-from typing import Any, Iterable, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
+from mnframe._config_issue import ConfigIssue, join_path, suggest
 from mnframe.runtime.errors import ConfigError
-
-_MISSING = object()
 
 
 class ConfigIssues(ConfigError):
@@ -24,31 +22,6 @@ class ConfigIssues(ConfigError):
     def __init__(self, issues: Sequence["ConfigIssue"], header: str = "invalid configuration"):
         super().__init__(format_issues(issues, header))
         self.issues = list(issues)
-
-
-@dataclass(frozen=True)
-class ConfigIssue:
-    path: str  # dotted config path, e.g. "dataset.batch_size"
-    message: str  # what is wrong
-    value: Any = _MISSING  # the offending value, when there is one
-    allowed: Optional[str] = None  # what would be accepted
-    suggestion: Optional[str] = None
-
-    def render(self) -> str:
-        text = f"  {self.path or '<root>'}: {self.message}"
-        if self.value is not _MISSING:
-            text += f" (got {self.value!r})"
-        if self.allowed:
-            text += f"; allowed: {self.allowed}"
-        if self.suggestion:
-            text += f"; did you mean {self.suggestion!r}?"
-        return text
-
-
-def suggest(word: str, choices: Iterable[str]) -> Optional[str]:
-    """The closest of ``choices`` to a misspelled ``word``, or None."""
-    matches = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
-    return matches[0] if matches else None
 
 
 def unknown_key_issue(
@@ -77,15 +50,6 @@ def unknown_key_issue(
     return ConfigIssue(
         path, message, allowed=", ".join(sorted(allowed)) or None, suggestion=hint if hint != key else None
     )
-
-
-def join_path(*parts: Any) -> str:
-    out = ""
-    for p in parts:
-        if p is None or p == "":
-            continue
-        out = f"{out}.{p}" if out else str(p)
-    return out
 
 
 def format_issues(issues: Sequence[ConfigIssue], header: str = "invalid configuration") -> str:

@@ -8,7 +8,8 @@ is one class here with ``kind: Literal["name"]`` and a ``build`` method, plus
 its name in ``Extension`` below; the validator, the error messages and the
 builder (``mnframe.builder.extensions``) derive everything from it.
 
-Only pydantic is imported at module level; ``build`` imports Chainer lazily.
+Only pydantic and the ground floor (``mnframe._targets``) are imported at module
+level; ``build`` imports Chainer lazily.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import importlib.util
 from typing import Annotated, Any, ClassVar, Dict, List, Literal, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from typing_extensions import override
 
+from mnframe._targets import call_target, check_target
 from mnframe.config.errors import ConfigIssue, join_path
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -53,8 +56,8 @@ class ExtensionBase(BaseModel):
         """The name the extension is registered under in the trainer."""
         return name
 
-    def issues(self, path: str, entries: Dict[str, "ExtensionBase"]) -> List[ConfigIssue]:
-        return []
+    def issues(self, path: str, entries: Dict[str, "ExtensionBase"]) -> List[ConfigIssue]:  # noqa: ARG002
+        return []  # the interface's default: a kind that checks something overrides it
 
 
 class EvaluatorExt(ExtensionBase):
@@ -65,6 +68,7 @@ class EvaluatorExt(ExtensionBase):
     rank0_only: bool = False
     report_prefix: str = "validation"
 
+    @override
     def build(self, ctx):
         from chainer.training import extensions
 
@@ -73,6 +77,7 @@ class EvaluatorExt(ExtensionBase):
         evaluator = extensions.Evaluator(ctx.test_iter, ctx.model, device=ctx.device)
         return mnframe.create_multi_node_evaluator(evaluator, ctx.data_comm)
 
+    @override
     def report_name(self, name):
         return self.report_prefix
 
@@ -84,6 +89,7 @@ class LogReportExt(ExtensionBase):
     self_triggered: ClassVar[bool] = True
     file_name: str = "log"
 
+    @override
     def build(self, ctx):
         from chainer.training import extensions
 
@@ -107,6 +113,7 @@ class PrintReportExt(ExtensionBase):
         ]
     )
 
+    @override
     def build(self, ctx):
         from chainer.training import extensions
 
@@ -120,6 +127,7 @@ class ProgressBarExt(ExtensionBase):
     self_triggered: ClassVar[bool] = True
     update_interval: PositiveInt = 10
 
+    @override
     def build(self, ctx):
         from chainer.training import extensions
 
@@ -135,6 +143,7 @@ class PlotExt(ExtensionBase):
     x_key: Unit = "epoch"
     file_name: str
 
+    @override
     def build(self, ctx):
         from chainer.training import extensions
 
@@ -153,11 +162,12 @@ class ObserveLrExt(ExtensionBase):
     kind: Literal["observe_lr"] = "observe_lr"
     attr: str = "lr"
 
+    @override
     def build(self, ctx):
         from chainer.training import extensions
 
         optimizer, attr = ctx.optimizer, self.attr
-        return extensions.observe_value(attr, lambda trainer: getattr(optimizer, attr, None))
+        return extensions.observe_value(attr, lambda _trainer: getattr(optimizer, attr, None))
 
 
 class TensorBoardExt(ExtensionBase):
@@ -173,11 +183,13 @@ class TensorBoardExt(ExtensionBase):
     log_report: str = "log_report"
     log_dir: Optional[str] = None
 
+    @override
     def build(self, ctx):
         from mnframe.extensions.tensorboard import TensorBoardReport
 
         return TensorBoardReport(log_report=self.log_report, log_dir=self.log_dir)
 
+    @override
     def issues(self, path, entries):
         out = []
         if importlib.util.find_spec("tensorboardX") is None:
@@ -228,11 +240,13 @@ class CsvExt(ExtensionBase):
     log_report: str = "log_report"
     file_name: str = Field("metrics.csv", min_length=1)
 
+    @override
     def build(self, ctx):
         from mnframe.extensions.csv_report import CSVReport
 
         return CSVReport(log_report=self.log_report, file_name=self.file_name)
 
+    @override
     def issues(self, path, entries):
         return _log_report_issues(self, path, entries)
 
@@ -254,6 +268,7 @@ class MlflowExt(ExtensionBase):
     experiment: Optional[str] = None
     run_name: Optional[str] = None
 
+    @override
     def build(self, ctx):
         from mnframe.extensions.mlflow_report import MLflowReport
 
@@ -266,6 +281,7 @@ class MlflowExt(ExtensionBase):
             params=config,
         )
 
+    @override
     def issues(self, path, entries):
         if importlib.util.find_spec("mlflow") is None:
             from mnframe.runtime.errors import DependencyError
@@ -285,14 +301,12 @@ class CustomExt(ExtensionBase):
     target: str = Field(alias="_target_")
     kwargs: Dict[str, Any] = Field(default_factory=dict)
 
+    @override
     def build(self, ctx):
-        from mnframe.builder.instantiate import call_target
-
         return call_target(self.target, self.kwargs)
 
+    @override
     def issues(self, path, entries):
-        from mnframe.config.validate import check_target
-
         return check_target(path, self.target, self.kwargs)
 
 

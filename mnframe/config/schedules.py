@@ -101,7 +101,7 @@ class Warmup(_Schedule):
         from mnframe.extensions.lr_schedules import FunctionShift, warmup_factor
 
         length = self.length
-        factor = lambda t, trainer: warmup_factor(t, length)  # noqa: E731
+        factor = lambda t, _trainer: warmup_factor(t, length)  # noqa: E731
         ext = FunctionShift(_rate_attr(self.attr, optimizer), factor, self.unit, self.init, optimizer)
         return ext, (1, "iteration")
 

@@ -3,9 +3,10 @@
 The composed Hydra config (a plain dict by then) is validated against
 ``RunConfig``. Every model forbids unknown keys so a misspelled key is an
 error (with a suggestion, see ``mnframe.config.validate``) instead of being
-silently ignored. Checks that need the world size, the GPU or imports of
-``_target_``s live in ``mnframe.config.validate``; this module only describes
-shapes and value ranges, and imports nothing heavy.
+silently ignored. Checks that need the world size or the GPU live in
+``mnframe.config.validate``, those of names and ``_target_``s beside each builder
+(``mnframe.builder.validate``); this module only describes shapes and value
+ranges, and imports nothing heavy.
 
 Layout (``conf/<group>/<choice>.yaml`` fills each section)::
 
@@ -28,7 +29,7 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from mnframe.checkpoint.config import CheckpointConfig
+from mnframe.config.checkpoint import CheckpointConfig
 from mnframe.config.extensions import Extensions
 from mnframe.config.schedules import LrSchedule
 from mnframe.config.tune import TuneConfig
@@ -46,7 +47,7 @@ class Strict(BaseModel):
 class Component(BaseModel):
     """``{_target_: dotted.path, **kwargs}``: something the builder instantiates.
 
-    Extra keys are the keyword arguments; ``mnframe.config.validate`` checks
+    Extra keys are the keyword arguments; ``mnframe._targets.check_target`` checks
     them against the target's signature (unknown or missing arguments).
     """
 
@@ -82,7 +83,7 @@ class OptimizerConfig(BaseModel):
     ``name`` picks a row of ``mnframe.builder.optimizer.OPTIMIZERS`` (e.g.
     ``momentum_sgd``) unless ``_target_`` names an optimizer class directly.
     Every other key is a constructor argument (``optimizer.lr=0.01``), checked
-    against the optimizer's signature by ``mnframe.config.validate``.
+    against the optimizer's signature (``mnframe.builder.optimizer.optimizer_issues``).
     """
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
@@ -256,7 +257,7 @@ class DebugConfig(Strict):
 
 # -- checkpoint --------------------------------------------------------------
 
-# ``CheckpointConfig`` is the checkpoint package's own model (imported above).
+# ``CheckpointConfig`` is in ``mnframe.config.checkpoint`` (imported above).
 
 
 # -- the whole run -----------------------------------------------------------

@@ -1,21 +1,20 @@
-"""Validate a composed config (a plain dict) into a ``RunConfig``, reporting
-every problem at once.
+"""What the schema alone can say about a composed config (a plain dict), every
+problem at once; ``mnframe.builder.validate.validate`` is the entry point that adds
+the checks of each builder's tables (names, ``_target_``s) in between.
 
-Three passes, all local (no communication), so every rank reaches the same
-verdict from the same broadcast config:
+All local (no communication), so every rank reaches the same verdict from the
+same broadcast config:
 
-1. shapes and ranges: each section against its pydantic model (``schema``);
-2. names: communicator, optimizer, data strategy, what each extension kind
-   checks itself (``ExtensionBase.issues``), and every ``_target_`` is
-   importable and accepts the keyword arguments given;
-3. the world: batch sizes divide over the data-parallel ranks, the GPU-only
-   choices have a GPU, and a model-parallel rank graph fits and cannot
-   deadlock (``topology.check_graph``).
+* pass 1, shapes and ranges (``read_sections``): each section against its
+  pydantic model (``schema``), unknown keys with a suggestion, ``???`` left;
+  a section with a bad key is still typed without it, so the later checks see
+  the rest of its keys and problems of different checks are reported together;
+* the world as the schema describes it: the training device has a GPU
+  (``device_issues``), a model-parallel rank graph fits the world size and
+  cannot deadlock (``topology_issues``, ``topology.check_graph``).
 
-A section with a bad key still gets passes 2 and 3 for the rest of its keys,
-so problems found by different passes are reported together.
-``validate(raw, world_size, has_cuda)`` returns the model or raises one
-``ConfigError`` listing everything wrong.
+``allowed_keys`` and ``accepts_new_keys`` also serve composition (``compose``)
+for the overrides Hydra refuses.
 """
 
 from __future__ import annotations
@@ -26,10 +25,8 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from pydantic import BaseModel, Tag, TypeAdapter, ValidationError
 
-from mnframe._import_path import locate
 from mnframe.config import schema
 from mnframe.config.errors import ConfigIssue, join_path, raise_issues, suggest, unknown_key_issue
-from mnframe.config.extensions import ExtensionBase
 from mnframe.config.topology import check_graph
 
 # -- pass 1: pydantic ----------------------------------------------------------
@@ -209,240 +206,6 @@ def issues_from_validation(err: ValidationError, data: Any, prefix: str, root_ty
     return issues
 
 
-# -- pass 2: names and _target_s -------------------------------------------------
-
-
-def check_target(path: str, dotted: str, kwargs: Dict[str, Any], provided: Set[str] = frozenset()) -> List[ConfigIssue]:
-    """``dotted`` imports and accepts ``kwargs`` (plus what the builder ``provided``)."""
-    if dotted == "???":
-        return []  # reported as a missing value
-    obj, problem, hint = locate(dotted)  # (object, None, None) or (None, problem, suggestion)
-    if problem:
-        return [ConfigIssue(join_path(path, "_target_"), problem, value=dotted, suggestion=hint)]
-    try:
-        sig = inspect.signature(obj)
-    except (TypeError, ValueError):
-        return []
-    params = sig.parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        unknown: List[str] = []
-    else:
-        unknown = [k for k in kwargs if k not in params]
-    names = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    issues = [
-        ConfigIssue(join_path(path, k), f"{dotted} gets {k!r} from the runner; remove it from the config")
-        for k in kwargs
-        if k in provided and k in params
-    ]
-    issues += [
-        ConfigIssue(
-            join_path(path, k),
-            f"{dotted} takes no argument {k!r}",
-            allowed=", ".join(names) or "no arguments",
-            suggestion=suggest(k, names),
-        )
-        for k in unknown
-    ]
-    missing = [
-        n
-        for n, p in params.items()
-        if p.default is p.empty
-        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-        and n not in kwargs
-        and n not in provided
-    ]
-    issues += [ConfigIssue(join_path(path, n), f"{dotted} needs argument {n!r}; add it") for n in missing]
-    return issues
-
-
-def _communicator_issues(cfg: schema.CommunicatorConfig, has_cuda: bool, device: Optional[str]) -> List[ConfigIssue]:
-    from mnframe.builder.communicator import communicator_table
-
-    table = communicator_table()
-    info = table.get(cfg.name)
-    if info is None:
-        return [
-            ConfigIssue(
-                "communicator.name",
-                "unknown communicator",
-                value=cfg.name,
-                allowed=", ".join(sorted(table)),
-                suggestion=suggest(cfg.name, table),
-            )
-        ]
-    issues = []
-    if getattr(info, "needs_cuda", False) and not has_cuda:
-        issues.append(
-            ConfigIssue(
-                "communicator.name",
-                "this communicator needs a CUDA GPU (CuPy) and none was found",
-                value=cfg.name,
-                allowed=", ".join(sorted(n for n, i in table.items() if getattr(i, "cpu_ok", False))),
-            )
-        )
-    elif not getattr(info, "cpu_ok", True) and device == "cpu":
-        issues.append(
-            ConfigIssue(
-                "trainer.device",
-                f"communicator {cfg.name!r} cannot train on the CPU",
-                value=device,
-                allowed="gpu, auto",
-            )
-        )
-    return issues
-
-
-def _optimizer_issues(cfg: schema.OptimizerConfig, comm_name: Optional[str], has_cuda: bool) -> List[ConfigIssue]:
-    from mnframe.builder.optimizer import HPARAM_ALIASES, OPTIMIZERS, optimizer_kwargs
-
-    issues = []
-    if cfg.target:
-        dotted = cfg.target
-    elif cfg.name in OPTIMIZERS:
-        dotted = OPTIMIZERS[cfg.name]
-    else:
-        return [
-            ConfigIssue(
-                "optimizer.name",
-                "unknown optimizer",
-                value=cfg.name,
-                allowed=", ".join(sorted(OPTIMIZERS)) + " (or set optimizer._target_)",
-                suggestion=suggest(cfg.name or "", OPTIMIZERS),
-            )
-        ]
-    # reported under the key the user wrote (``lr``, not the ``alpha`` it stands for)
-    bad = set()
-    for key, value in cfg.hparams.items():
-        if not isinstance(value, (int, float, bool, type(None))) or value == "???":
-            bad.add(key)
-            issues.append(
-                ConfigIssue(join_path("optimizer", key), "hyper-parameters must be numbers or booleans", value=value)
-            )
-    aliases = {} if cfg.target else HPARAM_ALIASES.get(cfg.name or "", {})
-    for alias, real in aliases.items():
-        if cfg.hparams.get(alias) is not None and cfg.hparams.get(real) is not None:
-            issues.append(
-                ConfigIssue(
-                    join_path("optimizer", alias),
-                    f"{alias!r} is another name of {real!r} for {cfg.name}, and both are set",
-                    value=cfg.hparams[alias],
-                    allowed=f"set one of them: optimizer.{real}=null optimizer.{alias}=..., "
-                    f"or optimizer.{real}=... alone",
-                )
-            )
-    unchecked = {aliases.get(key, key) for key in bad}
-    kwargs = {k: v for k, v in optimizer_kwargs(cfg).items() if k not in unchecked}
-    issues += check_target("optimizer", dotted, kwargs)
-    # double_buffering works with every communicator (pure_nccl: NCCL on a CUDA stream; the others:
-    # non-blocking MPI, CPU or GPU), so it needs no check here; nor does overlap
-    if cfg.overlap and cfg.double_buffering:
-        issues.append(
-            ConfigIssue(
-                "optimizer.overlap",
-                "overlap and double_buffering both overlap the averaging",
-                value=True,
-                allowed="set one of them: optimizer.double_buffering=false (overlap: every step its own "
-                "average) or optimizer.overlap=false (double buffering: one step stale)",
-            )
-        )
-    if cfg.bucket_cap_mb is not None and not cfg.overlap:
-        issues.append(
-            ConfigIssue(
-                "optimizer.bucket_cap_mb",
-                "sizes the buckets of optimizer.overlap, which is off",
-                value=cfg.bucket_cap_mb,
-                allowed="optimizer.overlap=true, or bucket_cap_mb=null",
-            )
-        )
-    return issues
-
-
-def _dataset_issues(cfg: schema.DatasetConfig, dp_width: Optional[int]) -> List[ConfigIssue]:
-    from mnframe.builder.data import STRATEGIES
-
-    issues = []
-    if cfg.strategy not in STRATEGIES:
-        issues.append(
-            ConfigIssue(
-                "dataset.strategy",
-                "unknown data strategy",
-                value=cfg.strategy,
-                allowed=", ".join(sorted(STRATEGIES)),
-                suggestion=suggest(cfg.strategy, STRATEGIES),
-            )
-        )
-    if cfg.global_batch_size is not None and dp_width is not None:
-        if cfg.global_batch_size % dp_width:
-            issues.append(
-                ConfigIssue(
-                    "dataset.global_batch_size",
-                    f"must be divisible by the {dp_width} data-parallel ranks",
-                    value=cfg.global_batch_size,
-                    allowed=f"a multiple of {dp_width}",
-                )
-            )
-    return issues
-
-
-def _model_issues(models: Any, topology: Any) -> List[ConfigIssue]:
-    from mnframe.builder.model import COMMUNICATOR_PARAMETERS as provided
-
-    issues: List[ConfigIssue] = []
-    if isinstance(models, schema.Component):
-        issues += check_target("model", models.target, models.kwargs, provided)
-    elif isinstance(models, dict):
-        for name, comp in models.items():
-            issues += check_target(f"model.{name}", comp.target, comp.kwargs, provided)
-    if isinstance(topology, schema.DataParallelTopology):
-        if not models:
-            issues.append(
-                ConfigIssue(
-                    "model",
-                    "a data-parallel topology needs a model",
-                    allowed="model=mlp or {_target_: your.Model, ...}",
-                )
-            )
-    else:
-        for r, plan in enumerate(topology.ranks):
-            for i, stage in enumerate(plan.stages):
-                issues += check_target(
-                    f"topology.ranks.{r}.stages.{i}.module", stage.module.target, stage.module.kwargs, provided
-                )
-    return issues
-
-
-def _extension_issues(entries: Dict[str, ExtensionBase]) -> List[ConfigIssue]:
-    """What each kind checks itself (a custom ``_target_``, a missing package, ...)."""
-    issues: List[ConfigIssue] = []
-    for name, entry in entries.items():
-        if entry.enabled:
-            issues += entry.issues(f"extensions.{name}", entries)
-    return issues
-
-
-def _micro_batch_issues(s: Dict[str, Any]) -> List[ConfigIssue]:
-    """``updater.accumulate`` and ``debug=profile`` replace the standard updater: not a custom one."""
-    from mnframe.builder.updater import STANDARD_UPDATERS
-
-    updater = s["updater"]
-    profile = "debug" in s and s["debug"].profile
-    if updater.accumulate == 1 and not profile:
-        return []
-    key, value = ("updater.accumulate", updater.accumulate) if updater.accumulate != 1 else ("debug.profile", True)
-    if updater.target.replace(":", ".") not in STANDARD_UPDATERS:
-        return [
-            ConfigIssue(
-                key,
-                f"works with the standard updater only, not updater._target_={updater.target}",
-                value=value,
-                allowed="the default updater (drop updater._target_)",
-            )
-        ]
-    if isinstance(s.get("model"), dict) and len(s["model"]) > 1:
-        return [ConfigIssue(key, "works with one model only (this recipe has several)", value=value)]
-    return []
-
-
 # -- the entry point -------------------------------------------------------------
 
 
@@ -485,13 +248,12 @@ def _section(name: str, field: Any, value: Any) -> Tuple[Any, List[ConfigIssue]]
     return _INVALID, issues
 
 
-def validate(
-    raw: Dict[str, Any], world_size: Optional[int], has_cuda: bool = False, check_targets: bool = True
-) -> schema.RunConfig:
-    """Return the validated ``RunConfig`` or raise one ConfigError listing every problem.
+def read_sections(raw: Dict[str, Any], has_cuda: bool) -> Tuple[Dict[str, Any], Dict[str, Any], List[ConfigIssue]]:
+    """Pass 1 on the whole config: ``(raw, sections, issues)``.
 
-    ``world_size=None`` leaves out the checks that need it (used to report the
-    rest of a command line whose composition failed)."""
+    ``raw`` has ``communicator: auto`` resolved; ``sections`` maps each section
+    that is well formed (or was left out: its default) to its typed model, so the
+    later passes check it even when another section is broken."""
     if not isinstance(raw, dict):
         raise_issues([ConfigIssue("", "the config must be a mapping", value=raw)])
     raw = resolve_auto_communicator(raw, has_cuda)
@@ -522,10 +284,7 @@ def validate(
     for name, field in fields.items():  # defaults of sections left out
         if name not in raw and not field.is_required():
             sections[name] = field.get_default(call_default_factory=True)
-    # pass 2 and 3 on every section that is well formed, so all problems show at once
-    issues += _semantic_issues(sections, world_size, has_cuda, check_targets)
-    raise_issues(issues)
-    return schema.RunConfig.model_validate(raw)
+    return raw, sections, issues
 
 
 def resolve_auto_communicator(raw: Dict[str, Any], has_cuda: bool) -> Dict[str, Any]:
@@ -546,57 +305,42 @@ def resolve_auto_communicator(raw: Dict[str, Any], has_cuda: bool) -> Dict[str, 
     return {**raw, "communicator": {**comm, "name": name_for_device(device)}}
 
 
-def _semantic_issues(
-    s: Dict[str, Any], world_size: Optional[int], has_cuda: bool, check_targets: bool
-) -> List[ConfigIssue]:
+# -- pass 3 on what the schema alone says ----------------------------------------
+
+
+def device_issues(s: Dict[str, Any], has_cuda: bool) -> Tuple[str, List[ConfigIssue]]:
+    """``(device, issues)``: the training device (``auto`` resolved) and whether it exists."""
     issues: List[ConfigIssue] = []
     device = s["trainer"].device if "trainer" in s else "cpu"
     if device == "gpu" and not has_cuda:
         issues.append(ConfigIssue("trainer.device", "no CUDA GPU (CuPy) found", value="gpu", allowed="cpu, auto"))
     if device == "auto":
         device = "gpu" if has_cuda else "cpu"
-    if "communicator" in s:
-        issues += _communicator_issues(s["communicator"], has_cuda, device)
-    topo = s.get("topology")
-    dp_width = world_size
-    if isinstance(topo, schema.ModelParallelTopology):
-        group = topo.group_size
-        if world_size is None:
-            pass
-        elif world_size < group:
-            issues.append(
-                ConfigIssue(
-                    "topology.ranks",
-                    f"the model-parallel graph needs {group} ranks but the job has {world_size}",
-                    allowed=f"mpiexec -n {group} (or a multiple)",
-                )
-            )
-        elif world_size % group:
-            issues.append(
-                ConfigIssue(
-                    "topology.ranks",
-                    f"the world size {world_size} is not a multiple of the model-parallel group size {group}",
-                    allowed=f"a multiple of {group}",
-                )
-            )
-        issues += check_graph(topo).issues
-        dp_width = None if world_size is None else max(1, world_size // group)
-    if "dataset" in s:
-        issues += _dataset_issues(s["dataset"], dp_width)
-    if not check_targets:
-        return issues
-    if "optimizer" in s:
-        comm = s["communicator"].name if "communicator" in s else None
-        issues += _optimizer_issues(s["optimizer"], comm, has_cuda)
-    if "dataset" in s:
-        issues += check_target("dataset.source", s["dataset"].source.target, s["dataset"].source.kwargs)
-    if topo is not None and "model" in s:
-        issues += _model_issues(s["model"], topo)
-    if "updater" in s:
-        from mnframe.builder.updater import PROVIDED
+    return device, issues
 
-        issues += check_target("updater", s["updater"].target, s["updater"].kwargs, set(PROVIDED))
-        issues += _micro_batch_issues(s)
-    if "extensions" in s:
-        issues += _extension_issues(s["extensions"])
-    return issues
+
+def topology_issues(topo: Any, world_size: Optional[int]) -> Tuple[Optional[int], List[ConfigIssue]]:
+    """``(data-parallel width, issues)``: a model-parallel rank graph fits the world
+    (``world_size=None``: not checked) and cannot deadlock (``topology.check_graph``)."""
+    if not isinstance(topo, schema.ModelParallelTopology):
+        return world_size, []
+    group = topo.group_size
+    issues: List[ConfigIssue] = []
+    if world_size is not None and world_size < group:
+        issues.append(
+            ConfigIssue(
+                "topology.ranks",
+                f"the model-parallel graph needs {group} ranks but the job has {world_size}",
+                allowed=f"mpiexec -n {group} (or a multiple)",
+            )
+        )
+    elif world_size is not None and world_size % group:
+        issues.append(
+            ConfigIssue(
+                "topology.ranks",
+                f"the world size {world_size} is not a multiple of the model-parallel group size {group}",
+                allowed=f"a multiple of {group}",
+            )
+        )
+    issues += check_graph(topo).issues
+    return (None if world_size is None else max(1, world_size // group)), issues

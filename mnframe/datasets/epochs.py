@@ -3,11 +3,11 @@
 Both take rank 0's shard length as the epoch length of every rank (rank 0 holds
 the longest shard of ``scatter_dataset``) and warn with DeprecationWarning, as
 ChainerMN does: use Chainer's standard ``(n, 'epoch')`` triggers instead.
+``mnframe.datasets.scatter`` serves them under its module path (ChainerMN's); this
+module imports nothing of mnframe, so the two do not import each other.
 """
 
 import warnings
-
-from mnframe.datasets.scatter import _mpi_comm
 
 
 def get_n_iterations_for_one_epoch(dataset, local_batch_size, comm):
@@ -17,7 +17,7 @@ def get_n_iterations_for_one_epoch(dataset, local_batch_size, comm):
         DeprecationWarning,
         stacklevel=2,
     )
-    mpi = _mpi_comm(comm)
+    mpi = getattr(comm, "mpi_comm", comm)  # a mnframe/ChainerMN communicator or a raw mpi4py one
     n = -(-len(dataset) // local_batch_size) if mpi.rank == 0 else None
     return mpi.bcast(n, root=0)
 

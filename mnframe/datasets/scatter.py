@@ -262,7 +262,7 @@ _scatter_index = partition.iter_shard_ranges
 
 
 def __getattr__(name):
-    # ChainerMN's deprecated helpers live in epochs.py (which imports this module).
+    # ChainerMN's deprecated helpers live in epochs.py (imported only when asked for).
     if name in ("get_n_iterations_for_one_epoch", "get_epoch_trigger"):
         from mnframe.datasets import epochs
 

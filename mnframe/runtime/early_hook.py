@@ -8,7 +8,9 @@ This hook closes that gap and costs nothing at import: it only looks at
 initialised (not finalised) with more than one rank, it hands the exception to
 the guard (banner, traceback, ``MPI_Abort``); otherwise it calls the hook that
 was there before. ``MNFRAME_NO_GUARD=1`` leaves it inert. The guard's own
-``install`` replaces it (see ``previous_of``).
+``install`` replaces it and chains to the hook this one replaced (``guard.previous_of``
+skips a hook marked ``stands_in_for_guard``); this module imports the guard only when
+it hands an exception over, and the guard does not import it.
 """
 
 import os
@@ -38,6 +40,7 @@ def _hook(exc_type, exc, tb):
 
 
 _hook.previous = sys.__excepthook__
+_hook.stands_in_for_guard = True  # guard.previous_of chains past it to ``previous``
 
 
 def install():
@@ -45,8 +48,3 @@ def install():
     if sys.excepthook is not _hook:
         _hook.previous = sys.excepthook
         sys.excepthook = _hook
-
-
-def previous_of(hook):
-    """The hook to chain to when replacing ``hook`` (this module's hook is skipped)."""
-    return _hook.previous if hook is _hook else hook

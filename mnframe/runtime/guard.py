@@ -248,14 +248,18 @@ def _thread_excepthook(args):
 _previous = {"sys": None, "threading": None}
 
 
+def previous_of(hook):
+    """The hook to chain to when replacing ``hook``: a stand-in for the guard (``early_hook``'s,
+    marked ``stands_in_for_guard``) is skipped for the hook it replaced, so nothing is handled twice."""
+    return hook.previous if getattr(hook, "stands_in_for_guard", False) else hook
+
+
 def install():
     """Install the abort-on-failure hooks once per process (idempotent)."""
     global _installed
     if _installed:
         return
-    from mnframe.runtime import early_hook
-
-    _previous["sys"] = early_hook.previous_of(sys.excepthook)
+    _previous["sys"] = previous_of(sys.excepthook)
     _previous["threading"] = threading.excepthook
     sys.excepthook = _excepthook
     threading.excepthook = _thread_excepthook

@@ -17,7 +17,7 @@ without a loss function, as ``update()`` after a manual backward).
 
 ``global_batch`` (micro-batch per rank x data-parallel ranks x N) is saved with the
 trainer, so ``updater.accumulate=auto`` can keep it when a run resumes on fewer
-ranks (``resolve_auto``).
+ranks (``mnframe.checkpoint.accumulate.resolve_auto``).
 """
 
 from __future__ import annotations
@@ -168,55 +168,3 @@ def _summable(value) -> bool:
     if isinstance(value, chainer.Variable):
         value = value.array
     return np.isscalar(value) or getattr(value, "ndim", 1) == 0
-
-
-def global_batch_of(config, world_size: int) -> Optional[int]:
-    """The global batch (per update) of the run a checkpoint manifest describes, or None
-    when its config does not say (``accumulate=auto``: the updater saved it then)."""
-    from mnframe.builder.data import per_rank_batch_size
-    from mnframe.config.schema import DatasetConfig
-
-    if not isinstance(config, dict) or not isinstance(config.get("dataset"), dict):
-        return None
-    accumulate = (config.get("updater") or {}).get("accumulate", 1)
-    if not isinstance(accumulate, int):
-        return None
-    topology = config.get("topology") or {}
-    group = len(topology.get("ranks") or ()) if topology.get("kind") == "model_parallel" else 1
-    data_width = max(1, world_size // max(1, group))
-    dataset = DatasetConfig.model_validate(config["dataset"])
-    return per_rank_batch_size(dataset, data_width) * data_width * accumulate
-
-
-def resolve_auto(updater, micro_batch: int, checkpoint, rank: int = 0) -> int:
-    """``updater.accumulate=auto``: accumulate as many micro-batches (``micro_batch``
-    examples over all data-parallel ranks) as the global batch of the checkpoint the
-    run resumed from needs; 1 on a fresh start. Every rank computes the same from the
-    same files, so all raise the same ConfigError when it does not divide."""
-    import logging
-
-    from mnframe.checkpoint.manifest import Manifest
-    from mnframe.config.errors import ConfigError
-
-    target = updater.saved_global_batch
-    if target is None and checkpoint is not None and checkpoint.resumed_from:
-        manifest = Manifest.read(checkpoint.store.path(checkpoint.resumed_from))
-        target = global_batch_of(manifest.config, manifest.world_size)
-    if target is None:
-        target = micro_batch
-    if target % micro_batch:
-        raise ConfigError(
-            f"updater.accumulate: auto cannot keep the checkpoint's global batch of {target} examples with "
-            f"{micro_batch} per micro-batch over all ranks (got 'auto'); allowed: a rank count whose micro-batch "
-            f"divides {target}, or set updater.accumulate=N and dataset.batch_size yourself"
-        )
-    updater.accumulate = target // micro_batch
-    updater.global_batch = target
-    if rank == 0:
-        logging.getLogger("mnframe.training").info(
-            "updater.accumulate=auto: %d micro-batch(es) of %d examples per update (global batch %d)",
-            updater.accumulate,
-            micro_batch,
-            target,
-        )
-    return updater.accumulate

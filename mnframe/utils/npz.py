@@ -18,6 +18,7 @@ import zipfile
 import numpy
 
 from mnframe.runtime.errors import ConfigError
+from mnframe.utils.sizes import human_bytes
 
 __all__ = ["save_npz", "serialize", "write_npz", "load_arrays", "NotAnNpzFile"]
 
@@ -52,15 +53,6 @@ class WriteFailed(OSError):
 
     def __str__(self):
         return f"could not write {self.path} ({human_bytes(self.nbytes)} needed): {self.cause}"
-
-
-def human_bytes(n):
-    """``1.5 GiB``-style size (exact bytes below 1 KiB)."""
-    n = float(n)
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{int(n)} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024
 
 
 def write_npz(file, arrays, compression=True):

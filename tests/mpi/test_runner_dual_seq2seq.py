@@ -49,7 +49,7 @@ def _config():
 
 def test_each_group_trains_with_its_own_communicator(mpi_comm):
     from mnframe import pipeline
-    from mnframe.config.validate import validate
+    from mnframe.builder.validate import validate
 
     rank, group = mpi_comm.rank, mpi_comm.rank // GROUP
     path = tempfile.mkdtemp(prefix="mnframe-s2s-") if rank == 0 else None

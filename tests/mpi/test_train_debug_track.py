@@ -38,8 +38,8 @@ def test_debug_fast_one_iteration_one_evaluation_no_checkpoints(mpi_comm):
 
 def test_debug_profile_breaks_down_every_rank_and_names_the_slowest(mpi_comm):
     from mnframe import pipeline
+    from mnframe.builder.validate import validate
     from mnframe.config import compose as C
-    from mnframe.config.validate import validate
     from mnframe.training.debug import report_profile
     from mnframe.training.updater import PHASES
 

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from mnframe import pipeline
+from mnframe.builder.validate import validate
 from mnframe.config import compose as C
-from mnframe.config.validate import validate
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ import copy
 import pytest
 
 from mnframe import cli
+from mnframe.builder.validate import validate
 from mnframe.config import compose as C
 from mnframe.config.errors import ConfigError
-from mnframe.config.validate import validate
 
 # (command-line overrides, world size, text the message must contain)
 OVERRIDES = [

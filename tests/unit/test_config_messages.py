@@ -5,9 +5,9 @@ reported together. Through compose + validate, as ``--check`` runs them."""
 import pytest
 
 from mnframe import cli
+from mnframe.builder.validate import validate
 from mnframe.config import compose as C
 from mnframe.config.errors import ConfigError
-from mnframe.config.validate import validate
 
 
 def refused(*overrides, world=1, config_dirs=()):

@@ -6,11 +6,11 @@ import typing
 
 import pytest
 
+from mnframe.builder.validate import validate
 from mnframe.config import compose as C
 from mnframe.config.errors import ConfigError
 from mnframe.config.extensions import Extension, ExtensionBase, extension_kinds
 from mnframe.config.schedules import LrSchedule
-from mnframe.config.validate import validate
 
 
 def test_every_extension_kind_is_a_model_that_builds_itself():

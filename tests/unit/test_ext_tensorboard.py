@@ -7,8 +7,8 @@ import json
 import pytest
 
 from mnframe import pipeline
+from mnframe.builder.validate import validate
 from mnframe.config import compose as C
-from mnframe.config.validate import validate
 from mnframe.testing.tensorboard_events import read_scalars
 
 

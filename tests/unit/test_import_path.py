@@ -39,10 +39,10 @@ def test_locate_says_what_is_wrong(path, problem, hint):
 
 
 def test_the_validator_and_the_builders_use_it():
-    from mnframe.builder import instantiate
-    from mnframe.config.validate import check_target
+    from mnframe import _targets
+    from mnframe._targets import check_target
 
-    assert instantiate.import_target is resolve
+    assert _targets.import_target is resolve
     assert check_target("model", "mnframe.recipes.mnist.model:MLP", {"n_units": 3}) == []
     issues = check_target("model", "mnframe.recipes.mnist.model:MLP", {"n_unit": 3})
     assert [i.path for i in issues] == ["model.n_unit"] and issues[0].suggestion == "n_units"

@@ -6,9 +6,9 @@ import chainer.links as L
 import numpy as np
 import pytest
 
+from mnframe.builder.validate import validate
 from mnframe.config import compose as C
 from mnframe.config.errors import ConfigError
-from mnframe.config.validate import validate
 from mnframe.optimizers import early_backward
 from mnframe.optimizers.overlap import plan_buckets
 

@@ -133,7 +133,9 @@ def test_import_hook_is_inert_without_mpi_and_the_guard_chains_past_it(monkeypat
     sys.excepthook(ValueError, ValueError("x"), None)
     assert calls == [ValueError]
     # the guard, installed later, chains to the user's hook, not to early_hook (no double handling)
-    assert early_hook.previous_of(sys.excepthook) is users_hook
+    from mnframe.runtime import guard
+
+    assert guard.previous_of(sys.excepthook) is users_hook
 
 
 def test_import_mnframe_stays_cheap():

@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from mnframe import pipeline
+from mnframe.builder.validate import validate
 from mnframe.config import compose as C
 from mnframe.config.errors import ConfigError
-from mnframe.config.validate import validate
 from mnframe.extensions.lr_schedules import cosine_factor, warmup_factor
 from mnframe.runtime.errors import DependencyError
 

@@ -1,4 +1,5 @@
-"""The ``checkpoint`` section of a run's configuration (embedded by the framework schema)."""
+"""The ``checkpoint`` section of a run's configuration (``RunConfig.checkpoint`` in ``schema.py``;
+the ``mnframe.checkpoint`` package builds from it)."""
 
 from typing import Literal, Optional
 
