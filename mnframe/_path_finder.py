@@ -20,7 +20,7 @@ from mnframe import _chainermn_paths as paths
 class _RowLoader(importlib.abc.Loader):
     """Fills a new module with the names of its row."""
 
-    def create_module(self, spec):
+    def create_module(self, _spec):
         return None  # the default module
 
     def exec_module(self, module):
@@ -37,7 +37,7 @@ class _RowLoader(importlib.abc.Loader):
 class RowFinder(importlib.abc.MetaPathFinder):
     """Finds the file-less ChainerMN paths of ``mnframe`` (see the module docstring)."""
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname, path=None, target=None):  # noqa: ARG002 - the protocol's names (keyword callers)
         relative = paths.relative(fullname)
         if relative is None or not paths.made_from_row(relative):
             return None

@@ -36,7 +36,7 @@ class _AliasLoader(importlib.abc.Loader):
     def __init__(self, target):
         self.target = target
 
-    def create_module(self, spec):
+    def create_module(self, _spec):
         return importlib.import_module(self.target)
 
     def exec_module(self, module):
@@ -46,7 +46,7 @@ class _AliasLoader(importlib.abc.Loader):
 class ChainermnAliasFinder(importlib.abc.MetaPathFinder):
     """Finds ``chainermn.*`` modules as the mnframe modules of the same path."""
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname, path=None, target=None):  # noqa: ARG002 - the protocol's names (keyword callers)
         mnframe_name = target_name(fullname)
         if mnframe_name is None:
             return None

@@ -239,7 +239,7 @@ class MultiNodeCheckpointer(extension.Extension):
 
     # ----------------------------------------------------------------- cleanup
 
-    def on_error(self, trainer, exc, tb):
+    def on_error(self, _trainer, _exc, _tb):
         self._failed = True
 
     def finalize(self):
