@@ -323,8 +323,7 @@ def test_signed_checkpoint_resumes_and_a_resealed_one_is_refused(tmp_path, monke
     assert resume(tmp_path)[0].resumed_from == "iter_00000003"
 
 
-@pytest.mark.usefixtures("key")
-def test_unsigned_checkpoint_is_refused_with_a_key(run_dir):
+def test_unsigned_checkpoint_is_refused_with_a_key(run_dir, key):  # noqa: ARG001 - key is set after run_dir wrote
     with pytest.raises(UnsafeFile, match="is not signed but MNFRAME_CHECKPOINT_KEY"):
         resume(run_dir)
 
