@@ -18,7 +18,7 @@ import types
 def numpy_distutils(numpy):
     """``numpy.distutils.system_info.get_info``, answered from NumPy's build configuration."""
 
-    def get_info(name, notfound_action=0):
+    def get_info(name, notfound_action=0):  # noqa: ARG001 - numpy.distutils' signature, callers pass it by keyword
         """Only what Chainer asks: whether NumPy's BLAS is Accelerate (it then warns on macOS)."""
         config = getattr(getattr(numpy, "__config__", None), "CONFIG", None) or {}
         blas = config.get("Build Dependencies", {}).get("blas", {}).get("name", "")

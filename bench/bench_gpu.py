@@ -291,10 +291,52 @@ def check_all(world, xp, params, base, kwargs):
     return f"rank {rank}: {', '.join(names)}"
 
 
-def bench_allreduce(world, gpu, variants, small, repeat, warmup):
-    """Part 1: time multi_node_mean_grad per communicator variant; returns (rows, any FAIL)."""
+def _allreduce_header(world, gpu, small, n_arrays, nbytes, repeat, warmup):
+    """Rank 0 says what part 1 measures (and why one rank checks nothing)."""
+    if world.rank != 0:
+        return
+    print(
+        f"\nallreduce_grad (multi_node_mean_grad) of {'a tiny' if small else 'ResNet-50-shaped'} gradient "
+        f"set: {n_arrays} arrays, {nbytes / 1e6:.1f} MB float32, fresh {gpu.xp.__name__} gradient arrays "
+        f"before every call; {world.size} rank(s); median and min of {repeat} after {warmup} warm-up "
+        f"call(s); time = max over ranks, device synchronized",
+        flush=True,
+    )
+    if world.size == 1:
+        print(
+            "note: on one rank multi_node_mean_grad has nothing to exchange (it returns after its "
+            "checks), so nothing is checked; run one rank per GPU with mpiexec, or several ranks "
+            "on one GPU with MNFRAME_FAKE_NODE_SIZE=1 (hierarchical, two_dimensional: NCCL in each "
+            "one-rank node, MPI between them)",
+            flush=True,
+        )
+
+
+def _time_mean_grad(world, gpu, comm, model, grads, warmup, repeat):
+    """(the ``repeat`` timed calls' seconds, max over ranks; this rank's error or None); ``grads`` is
+    ``(params, base, keep)`` for ``set_fresh_grads``."""
     from mpi4py import MPI
 
+    params, base, keep = grads
+    times = []
+    try:
+        for i in range(warmup + repeat):
+            set_fresh_grads(params, base, world.rank, keep)
+            gpu.sync()
+            world.Barrier()
+            t0 = time.perf_counter()
+            comm.multi_node_mean_grad(model)
+            gpu.sync()
+            dt = world.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+            if i >= warmup:
+                times.append(dt)
+    except Exception as e:
+        return times, short_reason(e)
+    return times, None
+
+
+def bench_allreduce(world, gpu, variants, small, repeat, warmup):
+    """Part 1: time multi_node_mean_grad per communicator variant; returns (rows, any FAIL)."""
     from bench.bench_allreduce import base_grads, build_model
 
     model = build_model(small)
@@ -302,22 +344,7 @@ def bench_allreduce(world, gpu, variants, small, repeat, warmup):
     model.to_device(gpu.device)
     params = sorted(model.namedparams())
     nbytes = sum(int(b.nbytes) for b in base)
-    if world.rank == 0:
-        print(
-            f"\nallreduce_grad (multi_node_mean_grad) of {'a tiny' if small else 'ResNet-50-shaped'} gradient "
-            f"set: {len(params)} arrays, {nbytes / 1e6:.1f} MB float32, fresh {gpu.xp.__name__} gradient arrays "
-            f"before every call; {world.size} rank(s); median and min of {repeat} after {warmup} warm-up "
-            f"call(s); time = max over ranks, device synchronized",
-            flush=True,
-        )
-        if world.size == 1:
-            print(
-                "note: on one rank multi_node_mean_grad has nothing to exchange (it returns after its "
-                "checks), so nothing is checked; run one rank per GPU with mpiexec, or several ranks "
-                "on one GPU with MNFRAME_FAKE_NODE_SIZE=1 (hierarchical, two_dimensional: NCCL in each "
-                "one-rank node, MPI between them)",
-                flush=True,
-            )
+    _allreduce_header(world, gpu, small, len(params), nbytes, repeat, warmup)
     rows, failed = [], False
     keep = []
     for spec in variants:
@@ -347,20 +374,7 @@ def bench_allreduce(world, gpu, variants, small, repeat, warmup):
             rows.append([spec, wire, "-", "-", "-", "-", na(failure)])
             continue
         check_first = None if name == "dummy" else check_all(world, gpu.xp, params, base, kwargs)
-        times, error = [], None
-        try:
-            for i in range(warmup + repeat):
-                set_fresh_grads(params, base, world.rank, keep)
-                gpu.sync()
-                world.Barrier()
-                t0 = time.perf_counter()
-                comm.multi_node_mean_grad(model)
-                gpu.sync()
-                dt = world.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-                if i >= warmup:
-                    times.append(dt)
-        except Exception as e:
-            error = short_reason(e)
+        times, error = _time_mean_grad(world, gpu, comm, model, (params, base, keep), warmup, repeat)
         failure = agree(world, error)
         check_last = None if name == "dummy" or failure else check_all(world, gpu.xp, params, base, kwargs)
         _finalize(comm)

@@ -142,7 +142,7 @@ def driver(args):
     sides = ("mnframe",) if args.only_mnframe else ("mnframe", "chainermn")
     results = {side: run_side(side, args, n_ranks) for side in sides}
     if args.only_mnframe:
-        return _report_one(results["mnframe"], n_ranks, args)
+        return _report_one(results["mnframe"], n_ranks)
     mn, peer = results["mnframe"], results["chainermn"]
     same_shards = mn["checks"] == peer["checks"]
     rows_ok = all(c["rows_ok"] for r in results.values() for c in r["checks"])
@@ -175,7 +175,7 @@ def driver(args):
     return 0 if ok else 1
 
 
-def _report_one(mn, n_ranks, args):
+def _report_one(mn, n_ranks):
     """--only-mnframe: sizes the peer cannot handle (e.g. shards over 2 GiB); checks the shards."""
     import numpy as np
 

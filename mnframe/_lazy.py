@@ -2,17 +2,26 @@
 
 A subpackage lists ``name -> "module:attribute"`` (``mnframe._import_path``);
 the module is imported the first time the name is used. This keeps ``import mnframe`` cheap and lets GPU
-code stay unimported on machines without CUDA.
+code stay unimported on machines without CUDA. A ChainerMN package takes its
+table from its row of ``mnframe._chainermn_paths``.
 """
 
 import importlib
 
+from mnframe import _chainermn_paths
 from mnframe._import_path import resolve
 
 
-def lazy_exports(package_name, table):
-    """Return (__getattr__, __dir__, __all__) for a package exporting ``table``."""
+def lazy_exports(package_name, table=None):
+    """Return (__getattr__, __dir__, __all__) for a package exporting ``table`` (default: its ChainerMN row).
+
+    A name that is also a module path of the package (ChainerMN's ``functions.pseudo_connect``
+    and ``links.create_mnbn_model`` are both) is bound now, after importing that module,
+    so a later import of the module path does not shadow the function (as ChainerMN's
+    ``__init__`` does)."""
     namespace = importlib.import_module(package_name).__dict__
+    if table is None:
+        table = _chainermn_paths.row(package_name)
 
     def __getattr__(name):
         target = table.get(name)
@@ -21,5 +30,15 @@ def lazy_exports(package_name, table):
         value = namespace[name] = resolve(target)
         return value
 
+    for name, target in table.items():
+        if _is_module_path(f"{package_name}.{name}"):
+            importlib.import_module(f"{package_name}.{name}")
+            namespace[name] = resolve(target)
+
     names = sorted(table)
     return __getattr__, (lambda: names), names
+
+
+def _is_module_path(module_name):
+    path = _chainermn_paths.relative(module_name)
+    return path is not None and path in _chainermn_paths.PATHS

@@ -283,7 +283,7 @@ STEPS: List[Callable] = [
     check_mpi_library,
     check_world,
     check_hosts,
-    lambda mpi: check_cuda(),
+    lambda _mpi: check_cuda(),
     check_cuda_aware_mpi,
     check_bandwidth,
     _rows(doctor_nodes.check_transport),

@@ -46,7 +46,7 @@ def cluster():
     c.down()
 
 
-def mnframe_job(cluster, run_dir, *overrides, nodes=2, ppn=1, env=None, timeout=TIMEOUT, signal_after=None):
+def mnframe_job(cluster, run_dir, *overrides, nodes=2, ppn=1, env=None, timeout=TIMEOUT):
     args = ["-m", "mnframe", *overrides, f"hydra.run.dir={run_dir}"]
     full_env = {"PYTHONPATH": str(REPO)}
     full_env.update(env or {})

@@ -169,7 +169,7 @@ class _NotInstalled:
     def __init__(self, *names):
         self.names = names
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name, path=None, target=None):  # noqa: ARG002 - the MetaPathFinder protocol's names
         if name.split(".")[0] in self.names:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None

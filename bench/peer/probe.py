@@ -108,7 +108,7 @@ class Probe(training.Extension):
                 self._timer = None
         self._batch = trainer.updater.get_iterator("main").batch_size
 
-    def __call__(self, trainer):
+    def __call__(self, _trainer):
         now = time.perf_counter()
         if self._first is None:
             self._first = time.time() - self._t0

@@ -2,10 +2,4 @@
 
 from mnframe._lazy import lazy_exports
 
-__getattr__, __dir__, __all__ = lazy_exports(
-    __name__,
-    {
-        "CommunicatorBase": "mnframe.communicators.base:CommunicatorBase",
-        "create_communicator": "mnframe.communicators.factory:create_communicator",
-    },
-)
+__getattr__, __dir__, __all__ = lazy_exports(__name__)  # the names: mnframe._chainermn_paths, row "communicators"

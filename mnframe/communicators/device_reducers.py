@@ -120,7 +120,7 @@ class NcclAllReducer(DeviceReducer):
         super().__init__(mpi_comm, topology, options)
         self._nccl = NcclGroup(self._nccl_comm(mpi_comm, topology), type(self).__name__)
 
-    def _nccl_comm(self, mpi_comm, topology):
+    def _nccl_comm(self, mpi_comm, _topology):
         return mpi_comm
 
     def reduce(self, layout, buffer):
@@ -137,7 +137,7 @@ class NcclSingleNodeReducer(NcclAllReducer):
 
     nccl_scope = "node"
 
-    def _nccl_comm(self, mpi_comm, topology):
+    def _nccl_comm(self, _mpi_comm, topology):
         from mnframe.communicators.single_node import require_one_node
 
         require_one_node(topology)

@@ -13,7 +13,7 @@ from mpi4py import MPI
 from mpi4py.util import dtlib
 
 
-def _float16_sum(inbuf, inoutbuf, datatype):
+def _float16_sum(inbuf, inoutbuf, _datatype):
     a = np.frombuffer(inbuf, dtype=np.float16)
     b = np.frombuffer(inoutbuf, dtype=np.float16)
     np.add(a, b, out=b)

@@ -50,12 +50,16 @@ class CommunicatorInfo:
 
 
 _P = "mnframe.communicators."
-_GPU = _P + "device_reducers:"
 
 
-def _info(module, cls, numpy, cupy, description, needs_nccl=False):
-    reducers = {"numpy": f"{_P}{numpy}"} if numpy else {}
-    reducers["cupy"] = _GPU + cupy
+def _info(module, cls, description, *, cupy, numpy=None, needs_nccl=False):
+    """One row: ``module:cls`` and each reducer as ``module:attr``, all under ``mnframe.communicators``.
+
+    ``cupy`` (the GPU reducer) is required: every ChainerMN communicator averages
+    GPU gradients. ``numpy`` (the CPU reducer) is given when the name also trains
+    on the CPU; without it the name is GPU-only (``needs_cuda``)."""
+    reducers = {"numpy": _P + numpy} if numpy else {}
+    reducers["cupy"] = _P + cupy
     return CommunicatorInfo(f"{_P}{module}:{cls}", types.MappingProxyType(reducers), needs_nccl, description)
 
 
@@ -63,55 +67,58 @@ COMMUNICATORS = {
     "naive": _info(
         "naive",
         "NaiveCommunicator",
-        "naive:NaiveReducer",
-        "NaiveDeviceReducer",
         "one MPI allreduce per parameter (reference, testing)",
+        numpy="naive:NaiveReducer",
+        cupy="device_reducers:NaiveDeviceReducer",
     ),
     "flat": _info(
         "flat",
         "FlatCommunicator",
-        "flat:FlatReducer",
-        "flat_reducer",
         "one persistent flat buffer, one MPI allreduce over all ranks",
+        numpy="flat:FlatReducer",
+        cupy="device_reducers:flat_reducer",
     ),
     "hierarchical": _info(
         "hierarchical",
         "HierarchicalCommunicator",
-        "hierarchical:HierarchicalReducer",
-        "NcclHierarchicalReducer",
         "shared-memory reduce in the node, leaders' allreduce, broadcast in the node",
+        numpy="hierarchical:HierarchicalReducer",
+        cupy="device_reducers:NcclHierarchicalReducer",
     ),
     "two_dimensional": _info(
         "two_dimensional",
         "TwoDimensionalCommunicator",
-        "two_dimensional:TwoDimensionalReducer",
-        "NcclTwoDimensionalReducer",
         "shared-memory reduce-scatter, per-slice allreduce across nodes, allgather",
+        numpy="two_dimensional:TwoDimensionalReducer",
+        cupy="device_reducers:NcclTwoDimensionalReducer",
     ),
     # the two_dimensional reducer as is: on one node it is the fused pass (the class refuses several nodes)
     "single_node": _info(
         "single_node",
         "SingleNodeCommunicator",
-        "two_dimensional:TwoDimensionalReducer",
-        "NcclSingleNodeReducer",
         "all ranks on one node: one fused shared-memory pass",
+        numpy="two_dimensional:TwoDimensionalReducer",
+        cupy="device_reducers:NcclSingleNodeReducer",
     ),
     "dummy": _info(
         "dummy",
         "DummyCommunicator",
-        "dummy:DummyReducer",
-        "DummyDeviceReducer",
         "no gradient exchange (benchmarking only)",
+        numpy="dummy:DummyReducer",
+        cupy="device_reducers:DummyDeviceReducer",
     ),
     "pure_nccl": _info(
-        "pure_nccl", "PureNcclCommunicator", None, "NcclAllReducer", "NCCL allreduce of GPU gradients", needs_nccl=True
+        "pure_nccl",
+        "PureNcclCommunicator",
+        "NCCL allreduce of GPU gradients",
+        cupy="device_reducers:NcclAllReducer",
+        needs_nccl=True,
     ),
     "non_cuda_aware": _info(
         "non_cuda_aware",
         "NonCudaAwareCommunicator",
-        None,
-        "HostStagedReducer",
         "GPU gradients staged through host memory and averaged over MPI",
+        cupy="device_reducers:HostStagedReducer",
     ),
 }
 

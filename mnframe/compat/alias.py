@@ -1,17 +1,21 @@
 """``chainermn`` -> ``mnframe``: an import alias through a meta-path finder.
 
 ``install_alias()`` puts ``ChainermnAliasFinder`` first on ``sys.meta_path``.
-For ``chainermn`` and every ``chainermn.x.y`` it finds ``mnframe.x.y`` and its
-loader hands back mnframe's module object itself, so ``chainermn.x.y is
-mnframe.x.y`` and classes, isinstance checks and pickles are mnframe's. A path
-mnframe does not have raises ModuleNotFoundError naming both modules: the
-``chainermn`` package Chainer installs is never imported in its place.
+For ``chainermn`` and every ChainerMN module path ``chainermn.x.y`` (the table
+``mnframe._chainermn_paths``) it finds ``mnframe.x.y`` and its loader hands back
+mnframe's module object itself, so ``chainermn.x.y is mnframe.x.y`` and classes,
+isinstance checks and pickles are mnframe's. Any other ``chainermn.*`` name (a
+path ChainerMN does not have, or one of mnframe's own modules) raises
+ModuleNotFoundError naming both modules: the ``chainermn`` package Chainer
+installs is never imported in its place.
 """
 
 import importlib
 import importlib.abc
 import importlib.util
 import sys
+
+from mnframe import _chainermn_paths
 
 ALIASED_PACKAGE = "chainermn"
 TARGET_PACKAGE = "mnframe"
@@ -32,7 +36,7 @@ class _AliasLoader(importlib.abc.Loader):
     def __init__(self, target):
         self.target = target
 
-    def create_module(self, spec):
+    def create_module(self, _spec):
         return importlib.import_module(self.target)
 
     def exec_module(self, module):
@@ -42,18 +46,18 @@ class _AliasLoader(importlib.abc.Loader):
 class ChainermnAliasFinder(importlib.abc.MetaPathFinder):
     """Finds ``chainermn.*`` modules as the mnframe modules of the same path."""
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname, path=None, target=None):  # noqa: ARG002 - the protocol's names (keyword callers)
         mnframe_name = target_name(fullname)
         if mnframe_name is None:
             return None
-        try:
+        found = None
+        if _chainermn_paths.relative(fullname, ALIASED_PACKAGE) in _chainermn_paths.PATHS:
             found = importlib.util.find_spec(mnframe_name)
-        except ModuleNotFoundError:
-            found = None
         if found is None:
             raise ModuleNotFoundError(
-                f"No module named {fullname!r}: running ChainerMN code on mnframe, which has "
-                f"no module {mnframe_name!r}",
+                f"No module named {fullname!r}: running ChainerMN code on mnframe, which serves "
+                f"ChainerMN's module paths only and has no {mnframe_name!r} among them "
+                f"(mnframe/_chainermn_paths.py)",
                 name=fullname,
             )
         return importlib.util.spec_from_loader(

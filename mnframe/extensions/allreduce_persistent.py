@@ -60,7 +60,7 @@ class AllreducePersistent(extension.Extension):
         self.model = model
         self.comm = comm
 
-    def __call__(self, trainer=None):
+    def __call__(self, trainer=None):  # noqa: ARG002 - ChainerMN's signature (trainer= by keyword)
         items = _float_persistents(self.model)
         layout = [(path, tuple(numpy.shape(v))) for path, _, _, v in items]
         layouts = collectives.allgather_obj(self.comm, layout, name="allreduce_persistent.layout")

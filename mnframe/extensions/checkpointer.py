@@ -86,6 +86,28 @@ class CheckpointStats:
         }
 
 
+class TimedCheckpointStats(CheckpointStats):
+    """ChainerMN's ``_CheckpointStats`` interface (its tests use it): ``start()``/``end()`` around a
+    save record its duration, ``report()`` is one line of text."""
+
+    def __init__(self):
+        super().__init__()
+        self._started = None
+
+    def start(self):
+        self._started = time.perf_counter()
+
+    def end(self):
+        if self._started is None:
+            raise RuntimeError("_CheckpointStats.end() called without start()")
+        self.record(time.perf_counter() - self._started)
+        self._started = None
+
+    def report(self):
+        stats = super().report()
+        return ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in stats.items())
+
+
 class MultiNodeCheckpointer(extension.Extension):
     """See ``create_multi_node_checkpointer``."""
 
@@ -217,7 +239,7 @@ class MultiNodeCheckpointer(extension.Extension):
 
     # ----------------------------------------------------------------- cleanup
 
-    def on_error(self, trainer, exc, tb):
+    def on_error(self, _trainer, _exc, _tb):
         self._failed = True
 
     def finalize(self):

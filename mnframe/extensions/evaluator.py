@@ -190,7 +190,7 @@ class GenericMultiNodeEvaluator(extension.Extension):
         """Combine the flat list of all ranks' ``calc_local`` values (root only, once); default: the list."""
         return results
 
-    def __call__(self, trainer=None):
+    def __call__(self, trainer=None):  # noqa: ARG002 - Chainer's Evaluator signature (trainer= by keyword)
         if hasattr(self.iterator, "reset"):
             self.iterator.reset()
             it = self.iterator

@@ -41,7 +41,7 @@ class MultiNodeBNImplSelector:
         self.comm = comm
         self.communication_backend_name = communication_backend_name
 
-    def __call__(self, batch_norm_func, inputs):
+    def __call__(self, _batch_norm_func, _inputs):
         if self.communication_backend_name == "nccl":
             return _NcclExchange(self.comm)
         return _MpiExchange(self.comm)

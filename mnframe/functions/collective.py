@@ -75,7 +75,7 @@ class Bcast(_Collective):
         self._meta = _transport.ArrayMeta.of(y)
         return (y,)
 
-    def backward(self, target_input_indexes, grad_outputs):
+    def backward(self, _target_input_indexes, grad_outputs):
         (gy,) = _grads_or_zeros(grad_outputs, [self._meta], self._xp)
         gys = _transport.gather(self.comm, gy, self.root)
         if not self._is_root():
@@ -96,7 +96,7 @@ class Gather(_Collective):
         self._out_metas = _metas(ys)
         return ys
 
-    def backward(self, target_input_indexes, grad_outputs):
+    def backward(self, _target_input_indexes, grad_outputs):
         gys = _grads_or_zeros(grad_outputs, self._out_metas, self._xp) if self._is_root() else None
         gx = _transport.scatter(self.comm, gys, self.root)
         return (self._var(gx, self._meta),)
@@ -113,7 +113,7 @@ class Scatter(_Collective):
         self._meta = _transport.ArrayMeta.of(y)
         return (y,)
 
-    def backward(self, target_input_indexes, grad_outputs):
+    def backward(self, _target_input_indexes, grad_outputs):
         (gy,) = _grads_or_zeros(grad_outputs, [self._meta], self._xp)
         gxs = _transport.gather(self.comm, gy, self.root)
         if not self._is_root():
@@ -132,7 +132,7 @@ class AllGather(_Collective):
         self._out_metas = _metas(ys)
         return ys
 
-    def backward(self, target_input_indexes, grad_outputs):
+    def backward(self, _target_input_indexes, grad_outputs):
         # Output i of rank j is rank i's x, so x's gradient is the sum over j of
         # rank j's gradient for output (this rank): an alltoall, then a sum.
         gys = _grads_or_zeros(grad_outputs, self._out_metas, self._xp)
@@ -150,7 +150,7 @@ class AllToAll(_Collective):
         self._out_metas = _metas(ys)
         return ys
 
-    def backward(self, target_input_indexes, grad_outputs):
+    def backward(self, _target_input_indexes, grad_outputs):
         gys = _grads_or_zeros(grad_outputs, self._out_metas, self._xp)
         gxs = _transport.alltoall(self.comm, gys)
         return tuple(self._var(g, m) for g, m in zip(gxs, self._in_metas))

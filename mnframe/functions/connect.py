@@ -23,7 +23,7 @@ class PseudoConnect(chainer.FunctionNode):
         self._delegate_xp = backend.get_array_module(inputs[0])
         return tuple(inputs[1:])
 
-    def backward(self, target_input_indexes, grad_outputs):
+    def backward(self, _target_input_indexes, grad_outputs):
         zero = chainer.Variable(_transport.zeros(self._delegate_meta, self._delegate_xp))
         return (zero,) + tuple(grad_outputs)
 

@@ -54,7 +54,7 @@ class Send(chainer.FunctionNode):
         _transport.send(self.comm, xs, self.peer, self.tag)
         return (_delegate_array(self._xp),)
 
-    def backward(self, target_input_indexes, grad_outputs):
+    def backward(self, _target_input_indexes, _grad_outputs):
         xp = self._xp
         what = f"backward of send(rank={self.peer}, tag={self.tag}) on rank {self.comm.rank}"
         gxs = _transport.on_device(_transport.recv_known(self.comm, self._metas, self.peer, self.tag, what), xp)
@@ -86,7 +86,7 @@ class Recv(chainer.FunctionNode):
         self._metas = [_transport.ArrayMeta.of(y) for y in ys]
         return ys  # on the device the sender used, like ChainerMN
 
-    def backward(self, target_input_indexes, grad_outputs):
+    def backward(self, _target_input_indexes, grad_outputs):
         live = [g.array for g in grad_outputs if g is not None]
         xp = backend.get_array_module(*live) if live else numpy
         # An output the loss does not depend on gets a zero gradient: the sender

@@ -2,10 +2,4 @@
 
 from mnframe._lazy import lazy_exports
 
-__getattr__, __dir__, __all__ = lazy_exports(
-    __name__,
-    {
-        "create_multi_node_iterator": "mnframe.iterators.multi_node:create_multi_node_iterator",
-        "create_synchronized_iterator": "mnframe.iterators.synchronized:create_synchronized_iterator",
-    },
-)
+__getattr__, __dir__, __all__ = lazy_exports(__name__)  # the names: mnframe._chainermn_paths, row "iterators"

@@ -43,11 +43,11 @@ _LOGGED = set()  # (backend, reason) already logged by this process
 # ------------------------------------------------- choosing the exchange (functions/batch_normalization.py)
 
 
-def _choose_mpi(comm, x):
+def _choose_mpi(comm, _x):
     return _MpiExchange(comm)
 
 
-def _choose_nccl(comm, x):
+def _choose_nccl(comm, _x):
     reason = _NcclExchange.unavailable_reason()
     collectives.share_verdict(  # the same error on every rank, none left in a collective
         comm,
@@ -190,7 +190,7 @@ class _MultiNodeBNFunction(function_node.FunctionNode):
             rv += ((1 - self.decay) * adjust * var.reshape(rv.shape)).astype(rv.dtype)
         return (y.astype(x.dtype, copy=False),)
 
-    def backward(self, indexes, grad_outputs):
+    def backward(self, _indexes, grad_outputs):
         x, gamma = self.get_retained_inputs()
         (gy,) = grad_outputs
         return _MultiNodeBNGrad(self).apply((x, gamma, gy))
@@ -224,7 +224,7 @@ class _MultiNodeBNGrad(function_node.FunctionNode):
         # Parameter gradients are this rank's share; the optimizer averages them.
         return gx.astype(x.dtype, copy=False), ggamma.astype(gamma.dtype), gbeta.astype(gamma.dtype)
 
-    def backward(self, indexes, grad_outputs):
+    def backward(self, indexes, grad_outputs):  # noqa: ARG002 - a stand-in that only raises
         raise NotImplementedError("double backpropagation through MultiNodeBatchNormalization is not supported")
 
 

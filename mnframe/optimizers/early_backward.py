@@ -60,7 +60,7 @@ def backward(loss, loss_scale=None, on_final=None):
     node, grad_var = loss.node, loss.grad_var
     loss.grad_var = None
     with chainer.using_config("enable_backprop", False):
-        return _backprop(node, grad_var, loss_scale, on_final or (lambda var: None))
+        return _backprop(node, grad_var, loss_scale, on_final or (lambda _var: None))
 
 
 def _set_leaf(x, grads, loss_scale):
@@ -92,50 +92,11 @@ def _backprop(y, gy, loss_scale, on_final):
     base_hooks = chainer.get_function_hooks().values()
     while cand_funcs:
         _, _, func = heapq.heappop(cand_funcs)
-        inputs = func.inputs
-        target_input_indexes = tuple([i for i, x in enumerate(inputs) if x.requires_grad])
-        outputs = [o() for o in func.outputs]
-        out_grad = tuple([grads.pop(o) if o is not None and o.creator_node is not None else None for o in outputs])
-        if not target_input_indexes:
+        in_grad = _backward_step(func, grads, base_hooks, is_debug)
+        if in_grad is None:
             continue
-        in_data = [x.data for x in inputs]
-        out_grad_array = [None if g is None else g.raw_array for g in out_grad]
-        if func._n_local_function_hooks != 0:
-            local_hooks = collections.OrderedDict(chainer.get_function_hooks())
-            local_hooks.update(func.local_function_hooks)
-            hooks = local_hooks.values()
-        else:
-            hooks = base_hooks
-        with chainer.using_device(backend.get_device_from_array(*(in_data + out_grad_array))):
-            for hook in hooks:
-                hook.backward_preprocess(func, tuple(in_data), tuple(out_grad_array))
-            target_inputs = [inputs[i] for i in target_input_indexes]
-            in_grad = collections.OrderedDict()
-            for x in target_inputs:
-                if x not in in_grad:
-                    in_grad[x] = grads.get_as_list(x)
-            _backprop_utils.backprop_step(func, target_input_indexes, out_grad, in_grad, is_debug)
-            for hook in hooks:
-                hook.backward_postprocess(func, tuple(in_data), tuple(out_grad_array))
-        del out_grad
-        final = []
-        for x, gx in in_grad.items():
-            leaf = x.creator_node is None
-            if leaf:
-                remaining[x] -= 1
-                if remaining[x] == 0:
-                    final.append(x)
-            if not gx:
-                continue
-            for gx_elem in gx:
-                if gx_elem is not None:
-                    chainer.variable._check_grad_type(func, x, True, gx_elem.raw_array)
-            del gx_elem
-            if leaf:
-                leaf_nodes.add(x)
-            else:
-                add_cand(x.creator_node)
-        del gx, in_grad
+        final = _route_input_grads(func, in_grad, remaining, leaf_nodes, add_cand)
+        del in_grad
         for x in final:  # no function left in the graph adds to these gradients: hand them over now
             if x in leaf_nodes:
                 leaf_nodes.remove(x)
@@ -151,3 +112,56 @@ def _backprop(y, gy, loss_scale, on_final):
             late.append(var)
     grads.assert_no_grads()
     return late
+
+
+def _backward_step(func, grads, base_hooks, is_debug):
+    """One function node's backward with the function hooks (Chainer's loop body): the input
+    gradients by input node, or None when no input needs a gradient."""
+    inputs = func.inputs
+    target_input_indexes = tuple([i for i, x in enumerate(inputs) if x.requires_grad])
+    outputs = [o() for o in func.outputs]
+    out_grad = tuple([grads.pop(o) if o is not None and o.creator_node is not None else None for o in outputs])
+    if not target_input_indexes:
+        return None
+    in_data = [x.data for x in inputs]
+    out_grad_array = [None if g is None else g.raw_array for g in out_grad]
+    if func._n_local_function_hooks != 0:
+        local_hooks = collections.OrderedDict(chainer.get_function_hooks())
+        local_hooks.update(func.local_function_hooks)
+        hooks = local_hooks.values()
+    else:
+        hooks = base_hooks
+    with chainer.using_device(backend.get_device_from_array(*(in_data + out_grad_array))):
+        for hook in hooks:
+            hook.backward_preprocess(func, tuple(in_data), tuple(out_grad_array))
+        target_inputs = [inputs[i] for i in target_input_indexes]
+        in_grad = collections.OrderedDict()
+        for x in target_inputs:
+            if x not in in_grad:
+                in_grad[x] = grads.get_as_list(x)
+        _backprop_utils.backprop_step(func, target_input_indexes, out_grad, in_grad, is_debug)
+        for hook in hooks:
+            hook.backward_postprocess(func, tuple(in_data), tuple(out_grad_array))
+    return in_grad
+
+
+def _route_input_grads(func, in_grad, remaining, leaf_nodes, add_cand):
+    """Check ``func``'s input gradients, queue the creators of non-leaf inputs, note the leaves;
+    returns the leaves no function left in the graph adds to."""
+    final = []
+    for x, gx in in_grad.items():
+        leaf = x.creator_node is None
+        if leaf:
+            remaining[x] -= 1
+            if remaining[x] == 0:
+                final.append(x)
+        if not gx:
+            continue
+        for gx_elem in gx:
+            if gx_elem is not None:
+                chainer.variable._check_grad_type(func, x, True, gx_elem.raw_array)
+        if leaf:
+            leaf_nodes.add(x)
+        else:
+            add_cand(x.creator_node)
+    return final

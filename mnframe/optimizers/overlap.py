@@ -97,8 +97,8 @@ class OverlapAverager:
             return False
         run = _Run(self, plan, dict(target.namedparams()))
         try:
-            late = early_backward.backward(loss, loss_scale, run.final if self.threaded else None)
-            run.backward_done(late)
+            early_backward.backward(loss, loss_scale, run.final if self.threaded else None)
+            run.backward_done()
         finally:
             run.wait()
         return True
@@ -173,7 +173,7 @@ class _Run:
         self.missing[b] -= 1
         self._submit_ready()
 
-    def backward_done(self, late):
+    def backward_done(self):
         self.in_backward = False
         self.missing = [0] * len(self.plan)
         self._submit_ready()

@@ -47,7 +47,7 @@ def _world_rank():
         return 0
 
 
-def _sigint_handler(signum, frame):
+def _sigint_handler(_signum, _frame):
     now = time.monotonic()
     first = _state["sigint_at"]
     if first is not None and now - first >= SECOND_INTERRUPT_S:
@@ -70,7 +70,7 @@ def _sigint_handler(signum, frame):
             sys.stderr.flush()
 
 
-def _handler(signum, frame):
+def _handler(signum, _frame):
     _state["signal"] = signum
     _flag.set()
     sys.stderr.write(

@@ -242,7 +242,7 @@ class Watchdog:
         now = time.monotonic()
         deadline = get_deadline()
         if deadline and now - cur.start > deadline:
-            self._on_timeout(cur, deadline)
+            self._on_timeout(deadline)
         if self.exited:
             first_exit = min(t for t, _ in self.exited.values())
             if now - max(cur.start, first_exit) > exit_grace():
@@ -302,7 +302,7 @@ class Watchdog:
         return summary
 
     # -- verdicts -------------------------------------------------------------
-    def _on_timeout(self, cur, deadline):
+    def _on_timeout(self, deadline):
         mine = self._respond(timed_out=True)
         end = time.monotonic() + COLLECT_S
         while self.side_channel and len(self.summaries) < self.size - 1 and time.monotonic() < end:

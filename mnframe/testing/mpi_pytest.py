@@ -23,6 +23,6 @@ def pytest_runtest_logreport(report):
         MPI.COMM_WORLD.Abort(1)
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_collection_modifyitems(items):
     # The same order on every rank, whatever pytest plugins do.
     items.sort(key=lambda item: item.nodeid)

@@ -51,7 +51,7 @@ def _digits_file():
     return path if os.path.isfile(path) else None
 
 
-def _digits(path=None):
+def _digits(_path=None):
     found = _digits_file()
     if found is not None:  # the very rows load_digits() returns: 64 pixels, then the label
         raw = np.loadtxt(found, delimiter=",")

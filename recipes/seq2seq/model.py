@@ -39,14 +39,15 @@ def _rows(x):
 class Encoder(chainer.Chain):
     """Source ids -> final LSTM states, sent to ``decoder_rank``; returns the delegate variable."""
 
-    def __init__(self, comm, n_layers=1, n_source_vocab=12, n_target_vocab=12, n_units=32, decoder_rank=1, dropout=0.1):
+    # both ranks' classes get the same model keys from the config: this one does not need n_target_vocab
+    def __init__(self, comm, n_layers=1, n_source_vocab=12, n_target_vocab=12, n_units=32, decoder_rank=1, dropout=0.1):  # noqa: ARG002
         super().__init__()
         self.comm, self.decoder_rank = comm, decoder_rank
         with self.init_scope():
             self.embed_x = L.EmbedID(n_source_vocab, n_units)
             self.lstm = L.NStepLSTM(n_layers, n_units, n_units, dropout)
 
-    def forward(self, xs, ys=None):
+    def forward(self, xs, _ys=None):
         from mnframe import functions as mnf
 
         exs = _embed_rows(self.embed_x, [x[::-1] for x in _rows(xs)])  # reversed source, as in the example
@@ -58,7 +59,8 @@ class Encoder(chainer.Chain):
 class Decoder(chainer.Chain):
     """Receives the encoder's states from ``encoder_rank`` and decodes the target sequence."""
 
-    def __init__(self, comm, n_layers=1, n_source_vocab=12, n_target_vocab=12, n_units=32, encoder_rank=0, dropout=0.1):
+    # both ranks' classes get the same model keys from the config: this one does not need n_source_vocab
+    def __init__(self, comm, n_layers=1, n_source_vocab=12, n_target_vocab=12, n_units=32, encoder_rank=0, dropout=0.1):  # noqa: ARG002
         super().__init__()
         self.comm, self.encoder_rank = comm, encoder_rank
         with self.init_scope():
@@ -66,7 +68,7 @@ class Decoder(chainer.Chain):
             self.lstm = L.NStepLSTM(n_layers, n_units, n_units, dropout)
             self.W = L.Linear(n_units, n_target_vocab)
 
-    def forward(self, xs, ys):
+    def forward(self, _xs, ys):
         from mnframe import functions as mnf
 
         ys = _rows(ys)

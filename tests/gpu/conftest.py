@@ -17,7 +17,7 @@ from mnframe.communicators import registry  # noqa: E402
 _PROBLEM = registry.cuda_problem()
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_collection_modifyitems(items):
     if not _PROBLEM:
         return
     here = os.path.dirname(__file__)

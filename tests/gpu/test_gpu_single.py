@@ -218,7 +218,8 @@ def _train(device, name, steps=5):
     return {n: chainer.backend.CpuDevice().send(p.array) for n, p in sorted(model.namedparams())}
 
 
-def test_one_rank_gpu_arithmetic_matches_cpu(cupy):
+@pytest.mark.usefixtures("cupy")
+def test_one_rank_gpu_arithmetic_matches_cpu():
     """Forward, backward and update on the GPU agree with the CPU (one rank: no gradient exchange;
     the exchange is compared in tests/gpu/mpi/test_gpu_train.py)."""
     cpu = _train("@numpy", "two_dimensional")
@@ -254,7 +255,7 @@ def test_cuda_aware_detection_decides_the_flat_path(cupy):
 
 
 @pytest.fixture
-def group(cupy):
+def group(cupy):  # noqa: ARG001 - the cupy fixture skips without CuPy (fixtures cannot use usefixtures)
     from mpi4py import MPI
 
     from mnframe.communicators.nccl_ops import NcclGroup

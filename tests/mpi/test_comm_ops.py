@@ -50,7 +50,8 @@ def test_topology(comm):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(), (0,), (3, 2)])
-def test_allreduce(comm, dtype, shape, chunking):
+@pytest.mark.usefixtures("chunking")
+def test_allreduce(comm, dtype, shape):
     x = value(comm.rank, shape, dtype)
     got = comm.allreduce(noncontig(x) if x.ndim else x)
     parts = [value(r, shape, dtype) for r in range(comm.size)]
@@ -63,7 +64,8 @@ def test_allreduce(comm, dtype, shape, chunking):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_bcast_gather_allgather_scatter(comm, dtype, chunking):
+@pytest.mark.usefixtures("chunking")
+def test_bcast_gather_allgather_scatter(comm, dtype):
     root = comm.size - 1
     x = value(root, (4, 3), dtype)
     got = comm.bcast(noncontig(x) if comm.rank == root else None, root=root)
@@ -86,7 +88,8 @@ def test_bcast_gather_allgather_scatter(comm, dtype, chunking):
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.bool_, np.int64])
-def test_alltoall(comm, dtype, chunking):
+@pytest.mark.usefixtures("chunking")
+def test_alltoall(comm, dtype):
     xs = tuple(value(comm.rank * 10 + j, (j + 1,), dtype) for j in range(comm.size))
     ys = comm.alltoall(xs)
     assert len(ys) == comm.size
@@ -95,7 +98,8 @@ def test_alltoall(comm, dtype, chunking):
 
 
 @pytest.mark.parametrize("shape", [(), (0,), (5, 3)])
-def test_send_recv_ring(comm, shape, chunking):
+@pytest.mark.usefixtures("chunking")
+def test_send_recv_ring(comm, shape):
     if comm.size == 1:
         pytest.skip("needs a peer")
     dest, src = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
@@ -113,7 +117,8 @@ def test_send_recv_ring(comm, shape, chunking):
     # also in the odd-size case every rank both sent and received once per tag
 
 
-def test_objects(comm, chunking):
+@pytest.mark.usefixtures("chunking")
+def test_objects(comm):
     root = comm.size - 1
     obj = {"rank": comm.rank, "data": list(range(comm.rank + 3))}
     assert comm.bcast_obj(obj if comm.rank == root else None, root=root)["rank"] == root

@@ -110,7 +110,7 @@ def ce(y, t):
 # -- branching: a parent on rank 0 sends to its children (and to itself), sums what comes back ---
 
 BRANCH_ORDERS = {
-    "children": lambda me, children: children,  # ChainerMN's BranchParent1
+    "children": lambda _me, children: children,  # ChainerMN's BranchParent1
     "self_first": lambda me, children: [me] + children,  # BranchParent2
     "self_last": lambda me, children: children + [me],  # BranchParent3
     "rotated": lambda me, children: (children + [me])[1:] + (children + [me])[:1],  # BranchParent4
@@ -125,7 +125,7 @@ def test_branching(comm, order):
         pytest.skip("a parent without children and without itself has no branch")
     through_self = 0 in ranks
 
-    def kinds(r, size):
+    def kinds(r, _size):
         if r:
             return ["linear"]
         return ["linear", "linear", "sum"] if through_self else ["linear", "sum"]
@@ -149,7 +149,7 @@ def test_branching(comm, order):
 def test_a_rank_alone_hands_everything_to_itself(comm):
     """On a communicator of its own, a model of hand-offs only (no MPI message) equals the plain network."""
     solo = comm.split(comm.rank, 0)  # every rank is a group of one
-    links = build(lambda r, size: ["linear", "linear", "sum"], 1, seed=comm.rank)
+    links = build(lambda _r, _size: ["linear", "linear", "sum"], 1, seed=comm.rank)
     wiring = [(None, [0, 0]), (0, 0), ([0, 0], None)]
 
     def losses(ref, x, t):
@@ -169,7 +169,7 @@ def test_twisting(comm):
         pytest.skip("twisting needs a previous and a next rank")
     last = size - 1
 
-    def kinds(r, size):
+    def kinds(r, _size):
         return ["linear", "linear", "linear", "linear", "sum"] if 0 < r < size - 1 else ["linear", "linear"]
 
     links = build(kinds, size)
@@ -204,7 +204,7 @@ def test_crossing(comm):
     if size < 2:
         pytest.skip("crossing needs two ranks")
     r, prev, nxt = comm.rank, (comm.rank - 1) % size, (comm.rank + 1) % size
-    links = build(lambda q, size: ["linear", "linear"], size)  # [send, receive] on rank 0, [receive, send] else
+    links = build(lambda _q, _size: ["linear", "linear"], size)  # [send, receive] on rank 0, [receive, send] else
     wiring = [(None, nxt), (prev, None)] if r == 0 else [(prev, None), (None, nxt)]
 
     def losses(ref, x, t):

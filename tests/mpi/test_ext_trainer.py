@@ -182,7 +182,7 @@ def test_observation_aggregator_averages_variables_and_numbers(comm, mpi_comm):
 
     rank, size = mpi_comm.rank, mpi_comm.size
     fire = {"now": False}
-    agg = ObservationAggregator(comm, "loss", "loss_all", comm_trigger=lambda t: fire["now"])
+    agg = ObservationAggregator(comm, "loss", "loss_all", comm_trigger=lambda _t: fire["now"])
     trainer = _StubTrainer()
     values = [chainer.Variable(np.array(float(rank), dtype=np.float32)), np.float64(rank + 1.0), rank + 2.0]
     for i, v in enumerate(values):
@@ -195,7 +195,7 @@ def test_observation_aggregator_averages_variables_and_numbers(comm, mpi_comm):
     assert isinstance(trainer.observation["loss_all"], float)
 
     # A custom aggregator sees every rank's history, in rank order.
-    agg2 = ObservationAggregator(comm, "x", comm_trigger=lambda t: True, aggregator=lambda hs: [len(h) for h in hs])
+    agg2 = ObservationAggregator(comm, "x", comm_trigger=lambda _t: True, aggregator=lambda hs: [len(h) for h in hs])
     trainer.observation = {"x": 1.0} if rank % 2 == 0 else {}
     agg2(trainer)
     assert trainer.observation["x"] == [1 if r % 2 == 0 else 0 for r in range(size)]
@@ -211,7 +211,7 @@ class _ScriptedLoss(chainer.Link):
         self.schedule = schedule
         self.calls = 0
 
-    def forward(self, x):
+    def forward(self, _x):
         self.calls += 1
         loss = chainer.functions.sum(self.w * 0) + self.schedule(self.calls)
         chainer.report({"loss": loss}, self)

@@ -257,7 +257,7 @@ def test_collective_argument_errors_raise_everywhere(comm):
 # -- split communicators -----------------------------------------------------------
 
 
-def test_functions_on_split_communicator(comm, mpi_comm):
+def test_functions_on_split_communicator(comm):
     """A communicator from comm.split (reversed key order) works with every function."""
     sub = comm.split(comm.rank // 2, -comm.rank)
     assert sub.size == (2 if comm.rank < 2 else 1)

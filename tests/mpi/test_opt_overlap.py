@@ -35,7 +35,7 @@ class Net(chainer.Chain):
         return F.softmax_cross_entropy(self.out(h), t)
 
 
-def _train(comm, overlap, steps=4, wire=None, **kw):
+def _train(comm, overlap, steps=4, **kw):
     model = Net()
     rng = np.random.RandomState(0)
     for _, p in sorted(model.namedparams()):

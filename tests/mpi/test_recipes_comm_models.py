@@ -102,10 +102,17 @@ def test_seq2seq_split_over_two_ranks_equals_local(comm, mpi_comm, monkeypatch):
     from mnframe import functions as mnf
 
     box = []
-    monkeypatch.setattr(mnf, "send", lambda x, c, rank, tag=0: box.append(x) or x, raising=False)
-    monkeypatch.setattr(
-        mnf, "recv", lambda c, rank, delegate_variable=None, tag=0, force_tuple=False: box.pop(), raising=False
-    )
+
+    # stand-ins for mnframe.functions.send/recv, with their keyword names (the models pass rank=)
+    def send(x, comm, rank, tag=0):  # noqa: ARG001
+        box.append(x)
+        return x
+
+    def recv(comm, rank, delegate_variable=None, tag=0, force_tuple=False):  # noqa: ARG001
+        return box.pop()
+
+    monkeypatch.setattr(mnf, "send", send, raising=False)
+    monkeypatch.setattr(mnf, "recv", recv, raising=False)
     enc_ref, dec_ref = _seq2seq_models(_Local())
     enc_ref(xs, ys)
     ref_loss = dec_ref(xs, ys)

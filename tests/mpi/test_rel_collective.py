@@ -63,7 +63,7 @@ def test_failure_on_one_rank_fails_save_everywhere(comm, shared_dir):
 
     store = CheckpointStore(os.path.join(shared_dir, "ck2"), comm)
 
-    def write(tmp):
+    def write(_tmp):
         if comm.rank == comm.size - 1:
             raise OSError("disk full")
         return []

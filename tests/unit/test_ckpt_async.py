@@ -137,7 +137,7 @@ def test_a_failed_background_save_stops_the_run_and_keeps_the_previous_checkpoin
 def test_config_accepts_async_save_and_names_a_bad_value():
     from pydantic import ValidationError
 
-    from mnframe.checkpoint.config import CheckpointConfig
+    from mnframe.config.checkpoint import CheckpointConfig
 
     assert CheckpointConfig().async_save is False
     assert CheckpointConfig(async_save=True).async_save is True

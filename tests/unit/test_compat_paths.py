@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mnframe import _chainermn_paths as paths
+
 NCCL_MODULE = "chainermn.nccl"
 
 
@@ -143,6 +145,103 @@ def test_reexports_are_mnframe_objects():
     assert create_multi_node_iterator is multi_node.create_multi_node_iterator
 
 
+# -- the one table of paths (mnframe/_chainermn_paths.py) and the modules made from its rows
+
+MNFRAME_ROOT = Path(__file__).resolve().parents[2] / "mnframe"
+
+
+def _file_of(path):
+    """mnframe's file for table path ``path`` (a module or a package ``__init__``), or None."""
+    base = MNFRAME_ROOT.joinpath(*path.split(".")) if path else MNFRAME_ROOT
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def test_the_table_lists_every_peer_path():
+    missing = [p for p in PEER_MODULES if paths.relative(p, "chainermn") not in paths.PATHS]
+    assert not missing, f"add these ChainerMN paths to mnframe/_chainermn_paths.py: {missing}"
+
+
+def test_a_row_of_names_has_no_file_and_an_own_path_has_one():
+    for path, row in paths.PATHS.items():
+        made = paths.made_from_row(path)
+        assert made == (row is not paths.OWN and path not in paths.PACKAGES), path
+        if made:
+            assert _file_of(path) is None, f"mnframe/{path.replace('.', '/')}.py shadows its row of names"
+        else:
+            assert _file_of(path) is not None, f"{path!r} is OWN (or a package) but mnframe has no file for it"
+
+
+def _only_reexports(tree):
+    """True for a module whose body is a docstring, imports and ``__all__`` (nothing of its own)."""
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__all__"]:
+            continue
+        return False
+    return any(isinstance(node, ast.ImportFrom) for node in tree.body)
+
+
+def test_no_module_holds_only_a_reexport():
+    offenders = [
+        str(f.relative_to(MNFRAME_ROOT.parent))
+        for f in sorted(MNFRAME_ROOT.rglob("*.py"))
+        if f.name != "__init__.py" and _only_reexports(ast.parse(f.read_text()))
+    ]
+    assert not offenders, f"modules that only re-export (make them a row of mnframe/_chainermn_paths.py): {offenders}"
+
+
+@pytest.mark.parametrize("path", sorted(paths.PATHS))
+def test_every_table_path_imports_with_its_row(path):
+    from mnframe._import_path import resolve
+
+    name = "mnframe" + (f".{path}" if path else "")
+    module = importlib.import_module(name)
+    assert importlib.util.find_spec(name) is not None
+    for attr, target in (paths.PATHS[path] or {}).items():
+        assert getattr(module, attr) is resolve(target), (name, attr)
+
+
+def test_a_module_made_from_its_row_is_a_plain_module_of_mnframe_objects():
+    import pickle
+
+    import mnframe.communicators.naive
+    import mnframe.communicators.naive_communicator as nc
+    from mnframe.extensions.checkpoint import _CheckpointStats
+
+    assert sys.modules["mnframe.communicators.naive_communicator"] is nc
+    assert mnframe.communicators.naive_communicator is nc  # bound on its package, as for a file
+    assert nc.__all__ == ["NaiveCommunicator"] and "chainermn.communicators.naive_communicator" in nc.__doc__
+    assert nc.__spec__.name == nc.__name__ and not hasattr(nc, "__file__")
+    assert importlib.reload(nc) is nc and nc.NaiveCommunicator is mnframe.communicators.naive.NaiveCommunicator
+    # the object keeps its home module: pickles name it, and load back as the same class
+    assert nc.NaiveCommunicator.__module__ == "mnframe.communicators.naive"
+    assert pickle.loads(pickle.dumps(nc.NaiveCommunicator)) is nc.NaiveCommunicator
+    stats = _CheckpointStats()
+    stats.record(1.5)
+    again = pickle.loads(pickle.dumps(stats))
+    assert type(again) is _CheckpointStats and again.durations == [1.5]
+
+
+def test_names_that_are_both_a_module_path_and_a_function_stay_functions():
+    both = [
+        (package, name)
+        for package in paths.PACKAGES
+        for name in paths.PATHS[package]
+        if package and f"{package}.{name}" in paths.PATHS
+    ]
+    assert sorted(both) == [("functions", "pseudo_connect"), ("links", "create_mnbn_model")]
+    for package, name in both:
+        pkg = importlib.import_module(f"mnframe.{package}")
+        importlib.import_module(f"mnframe.{package}.{name}")
+        assert callable(getattr(pkg, name)), (package, name)
+
+
 # -- the private helpers ChainerMN's tests call, on one rank
 
 
@@ -225,22 +324,29 @@ import mnframe.communicators.naive
 assert NaiveCommunicator is mnframe.communicators.naive.NaiveCommunicator
 peer_files = [m.__file__ for m in list(sys.modules.values()) if getattr(m, "__file__", None)]
 assert not any("site-packages/chainermn" in f for f in peer_files), "the peer package was imported"
-try:
-    import chainermn.no_such_module
-except ModuleNotFoundError as e:
-    assert e.name == "chainermn.no_such_module" and "mnframe.no_such_module" in str(e), e
-else:
-    raise AssertionError("chainermn.no_such_module imported")
+for missing in ("chainermn.no_such_module", "chainermn.communicators.registry"):  # the second: mnframe's own
+    try:
+        importlib.import_module(missing)
+    except ModuleNotFoundError as e:
+        assert e.name == missing and "mnframe" + missing[len("chainermn"):] in str(e), e
+    else:
+        raise AssertionError(missing + " imported")
+import pickle
+from chainermn.extensions.checkpoint import _CheckpointStats
+assert type(pickle.loads(pickle.dumps(_CheckpointStats()))) is _CheckpointStats
 print("ALIAS OK", len(sys.argv) - 1)
 """
 
 
-def test_every_peer_path_imports_through_the_alias_as_the_mnframe_module():
-    result = subprocess.run(
-        [sys.executable, "-c", ALIAS_CHECK, *PEER_MODULES], capture_output=True, text=True, timeout=120
-    )
+def _table_paths_as_chainermn():
+    return sorted("chainermn" + (f".{p}" if p else "") for p in paths.PATHS)
+
+
+def test_every_peer_and_table_path_imports_through_the_alias_as_the_mnframe_module():
+    names = sorted(set(PEER_MODULES) | set(_table_paths_as_chainermn()))
+    result = subprocess.run([sys.executable, "-c", ALIAS_CHECK, *names], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-4000:]
-    assert f"ALIAS OK {len(PEER_MODULES)}" in result.stdout
+    assert f"ALIAS OK {len(names)}" in result.stdout
 
 
 def test_alias_refuses_when_the_peer_is_already_imported():

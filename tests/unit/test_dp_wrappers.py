@@ -17,10 +17,10 @@ class FakeComm:
     def __init__(self):
         self.calls = []
 
-    def bcast_data(self, model):
+    def bcast_data(self, _model):
         self.calls.append("bcast")
 
-    def multi_node_mean_grad(self, model, zero_fill=False):
+    def multi_node_mean_grad(self, _model, zero_fill=False):
         self.calls.append(("mean", zero_fill))
 
 
@@ -55,7 +55,7 @@ def test_lazy_link_broadcast_skips_that_step():
 def test_start_method_keeps_an_explicit_choice(monkeypatch):
     import multiprocessing
 
-    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "spawn")
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "spawn")  # noqa: ARG005 - get_start_method's keyword
     assert start_method.use_safe_start_method() == "spawn"
 
 

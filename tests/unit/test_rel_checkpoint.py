@@ -41,7 +41,7 @@ def store(tmp_path):
     return s
 
 
-def test_save_commits_with_manifest_and_keeps_newest(store, tmp_path):
+def test_save_commits_with_manifest_and_keeps_newest(store):
     assert store.committed() == ["iter_00000015", "iter_00000010", "iter_00000005"]
     m = Manifest.read(store.path("iter_00000015"))
     assert m.iteration == 15 and m.world_size == 1 and m.config_hash == "h"
@@ -98,7 +98,7 @@ def test_resume_modes(tmp_path, store):
 def test_failed_writer_commits_nothing(tmp_path):
     s = CheckpointStore(tmp_path / "ck", SoloComm())
 
-    def broken(tmp):
+    def broken(_tmp):
         raise OSError("disk full")
 
     with pytest.raises(CheckpointError, match="rank 0 could not write into .*: disk full"):

@@ -121,10 +121,10 @@ def _entry(run_dir, prefix):
 
 
 KINDS = {
-    "rng state": lambda d: RNG + "python_state",
+    "rng state": lambda _d: RNG + "python_state",
     "iterator state": lambda d: _entry(d, "updater/iterator:main/"),
     "optimizer state": lambda d: _entry(d, "updater/optimizer:main/"),
-    "model parameters": lambda d: "updater/model:main/predictor/W",
+    "model parameters": lambda _d: "updater/model:main/predictor/W",
 }
 
 
@@ -297,7 +297,8 @@ def key(monkeypatch):
     settings._values.clear()
 
 
-def test_signed_checkpoint_resumes_and_a_resealed_one_is_refused(tmp_path, key, monkeypatch):
+@pytest.mark.usefixtures("key")
+def test_signed_checkpoint_resumes_and_a_resealed_one_is_refused(tmp_path, monkeypatch):
     run_and_checkpoint(tmp_path)
     manifest = json.loads((checkpoint_dir(tmp_path) / MANIFEST).read_text())
     assert manifest["signature"].startswith("hmac-sha256:")
@@ -322,7 +323,7 @@ def test_signed_checkpoint_resumes_and_a_resealed_one_is_refused(tmp_path, key, 
     assert resume(tmp_path)[0].resumed_from == "iter_00000003"
 
 
-def test_unsigned_checkpoint_is_refused_with_a_key(run_dir, key):
+def test_unsigned_checkpoint_is_refused_with_a_key(run_dir, key):  # noqa: ARG001 - key is set after run_dir wrote
     with pytest.raises(UnsafeFile, match="is not signed but MNFRAME_CHECKPOINT_KEY"):
         resume(run_dir)
 
@@ -440,24 +441,29 @@ def unsafe_reads(path, rel):
                 ):
                     found.append(f"{rel}:{child.lineno} unrestricted pickle.Unpickler subclass")
             if isinstance(child, ast.Call):
-                name = _dotted(child.func) or ""
-                full = imported.get(name, name)
-                allowed = (rel, func) in RANK_MESSAGE_UNPICKLERS | RESTRICTED_UNPICKLERS
-                if (name in UNSAFE_CALLS or full in UNSAFE_CALLS or full.endswith("serializers.load_npz")) and not (
-                    allowed and "pickle" in full
-                ):
-                    found.append(f"{rel}:{child.lineno} in {func}: {full}")
-                for kw in child.keywords:
-                    if kw.arg == "allow_pickle" and not (
-                        isinstance(kw.value, ast.Constant) and kw.value.value is False
-                    ):
-                        found.append(f"{rel}:{child.lineno} in {func}: allow_pickle={ast.unparse(kw.value)}")
-                if name.endswith("NpzDeserializer") and child.args and isinstance(child.args[0], ast.Call):
-                    if (_dotted(child.args[0].func) or "").endswith(".load"):
-                        found.append(f"{rel}:{child.lineno} in {func}: NpzDeserializer over numpy.load")
+                found.extend(_unsafe_call(child, imported, rel, func))
             visit(child, inner)
 
     visit(tree, "<module>")
+    return found
+
+
+def _unsafe_call(call, imported, rel, func):
+    """What ``call`` (in function ``func`` of file ``rel``) does that may unpickle a file."""
+    found = []
+    name = _dotted(call.func) or ""
+    full = imported.get(name, name)
+    allowed = (rel, func) in RANK_MESSAGE_UNPICKLERS | RESTRICTED_UNPICKLERS
+    if (name in UNSAFE_CALLS or full in UNSAFE_CALLS or full.endswith("serializers.load_npz")) and not (
+        allowed and "pickle" in full
+    ):
+        found.append(f"{rel}:{call.lineno} in {func}: {full}")
+    for kw in call.keywords:
+        if kw.arg == "allow_pickle" and not (isinstance(kw.value, ast.Constant) and kw.value.value is False):
+            found.append(f"{rel}:{call.lineno} in {func}: allow_pickle={ast.unparse(kw.value)}")
+    if name.endswith("NpzDeserializer") and call.args and isinstance(call.args[0], ast.Call):
+        if (_dotted(call.args[0].func) or "").endswith(".load"):
+            found.append(f"{rel}:{call.lineno} in {func}: NpzDeserializer over numpy.load")
     return found
 
 

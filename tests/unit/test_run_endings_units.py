@@ -71,12 +71,12 @@ def test_plot_is_published_whole_or_not_at_all(tmp_path, monkeypatch):
             epoch, iteration = 1, 1
 
     plot = AtomicPlotReport(["main/loss"], "iteration", trigger=(1, "iteration"), filename="loss.png")
-    plot._trigger = lambda trainer: True
+    plot._trigger = lambda _trainer: True
     plot(Trainer)
     first = (tmp_path / "loss.png").read_bytes()
     assert first.startswith(b"\x89PNG")
 
-    def interrupted(self, path, **kwargs):  # half an image, then Ctrl-C
+    def interrupted(_self, path, **kwargs):  # half an image, then Ctrl-C
         with open(path, "wb") as f:
             f.write(b"\x89PN")
         raise KeyboardInterrupt
