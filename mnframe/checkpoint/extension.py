@@ -200,7 +200,7 @@ class CheckpointExtension(extension.Extension):
     def serialize(self, serializer):
         self.rng.serialize(serializer[RNG_KEY])
 
-    def on_error(self, trainer, exc, tb):
+    def on_error(self, trainer, exc, tb):  # noqa: ARG002 (Chainer's Extension.on_error signature)
         # Fail fast: abort now rather than after the trainer's finalizers, which
         # may block in a collective the failed rank will never join.
         if self.abort_on_error and guard.installed():

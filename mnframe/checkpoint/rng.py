@@ -162,6 +162,31 @@ _VALUE_OPS = {"BININT", "BININT1", "BININT2", "LONG1", "LONG4", "INT", "LONG", "
 _TUPLE_N = {"EMPTY_TUPLE": 0, "TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
 
 
+def _apply_op(name, arg, stack, memo):
+    """Apply one pickle opcode of the plain-data subset to ``stack``/``memo``; False for any other."""
+    if name in _VALUE_OPS:
+        stack.append(arg)
+    elif name == "MARK":
+        stack.append(_MARK)
+    elif name == "TUPLE":
+        at = len(stack) - 1 - stack[::-1].index(_MARK)
+        stack[at:] = [tuple(stack[at + 1 :])]
+    elif name in _TUPLE_N:
+        n = _TUPLE_N[name]
+        items = tuple(stack[len(stack) - n :]) if n else ()
+        del stack[len(stack) - n :]
+        stack.append(items)
+    elif name == "MEMOIZE":
+        memo[len(memo)] = stack[-1]
+    elif name in ("BINPUT", "LONG_BINPUT", "PUT"):
+        memo[arg] = stack[-1]
+    elif name in ("BINGET", "LONG_BINGET", "GET"):
+        stack.append(memo[arg])
+    elif name not in _DATA_OPS:
+        return False
+    return True
+
+
 def legacy_python_state(data, where=("the checkpoint", "python")):
     """The ``random.getstate()`` tuple pickled in ``data``, read without unpickling.
 
@@ -180,29 +205,8 @@ def legacy_python_state(data, where=("the checkpoint", "python")):
 
     try:
         for op, arg, _ in pickletools.genops(data):
-            name = op.name
-            if name in _VALUE_OPS:
-                stack.append(arg)
-            elif name == "MARK":
-                stack.append(_MARK)
-            elif name == "TUPLE":
-                at = len(stack) - 1 - stack[::-1].index(_MARK)
-                stack[at:] = [tuple(stack[at + 1 :])]
-            elif name in _TUPLE_N:
-                n = _TUPLE_N[name]
-                items = tuple(stack[len(stack) - n :]) if n else ()
-                del stack[len(stack) - n :]
-                stack.append(items)
-            elif name in ("MEMOIZE",):
-                memo[len(memo)] = stack[-1]
-            elif name in ("BINPUT", "LONG_BINPUT", "PUT"):
-                memo[arg] = stack[-1]
-            elif name in ("BINGET", "LONG_BINGET", "GET"):
-                stack.append(memo[arg])
-            elif name in _DATA_OPS:
-                continue
-            else:
-                refuse(f"is a pickle that uses {name} (it could run code)")
+            if not _apply_op(op.name, arg, stack, memo):
+                refuse(f"is a pickle that uses {op.name} (it could run code)")
     except UnsafeFile:
         raise
     except (ValueError, IndexError, KeyError) as exc:

@@ -86,19 +86,7 @@ class CheckpointStore:
         if err:
             raise SaveError(f"checkpoint {name} not written: {err}{self._kept()}")
 
-        entries, err, disk = {}, None, True  # disk: an OSError (one line, exit 1) rather than a bug
-        try:
-            written = write_files(tmp)  # names, or {name: (size, sha256)} already measured (async_save)
-            for fname in written:
-                path = os.path.join(tmp, fname)
-                size, digest = written[fname] if isinstance(written, dict) else (os.path.getsize(path), None)
-                entries[fname] = FileEntry(size=size, sha256=digest or sha256_file(path), rank=rank)
-        except WriteFailed as exc:  # shared below: every rank raises the same error
-            err = f"rank {rank} {exc}"
-        except OSError as exc:
-            err = f"rank {rank} could not write into {tmp}: {exc}"
-        except Exception as exc:
-            err, disk = f"rank {rank}: {type(exc).__name__}: {exc}", False
+        entries, err, disk = self._write_own(tmp, write_files)
         results = collectives.allgather_obj(self.comm, (entries, err, disk), name="checkpoint.allgather_obj")
         errors = [e for _, e, _ in results if e]
         if errors:
@@ -109,11 +97,13 @@ class CheckpointStore:
 
         err = None
         if rank == 0:
-            try:
-                files = {}
-                for part, _, _ in results:
-                    files.update(part)
-                manifest = Manifest(
+            files = {}
+            for part, _, _ in results:
+                files.update(part)
+            err, disk = self._write_manifest_and_commit(
+                tmp,
+                name,
+                Manifest(
                     iteration=int(iteration),
                     world_size=self.comm.size,
                     config_hash=config_hash,
@@ -121,21 +111,47 @@ class CheckpointStore:
                     config=config,
                     reason=reason,
                     layout=self.layout,
-                )
-                if secret is not None:
-                    manifest.signature = signing.sign(manifest, secret)
-                atomic_write_text(os.path.join(tmp, MANIFEST), manifest.to_json())
-                fsync_dir(tmp)
-                self._commit(tmp, self.path(name))
-                if keep:
-                    self._collect_garbage(keep, newest=name)
-            except Exception as exc:
-                err = f"rank 0 could not commit {self.path(name)}: {type(exc).__name__}: {exc}"
-                disk = isinstance(exc, OSError)
+                ),
+                secret,
+                keep,
+            )
         err, disk = collectives.bcast_obj(self.comm, (err, disk), name="checkpoint.bcast_obj")
         if err:
             raise (SaveError if disk else CheckpointError)(err + self._kept())
         return name
+
+    def _write_own(self, tmp, write_files):
+        """This rank's files into ``tmp``: (entries, error or None, whether the error is the disk's:
+        an OSError is one line and exit 1, anything else a bug)."""
+        rank, entries = self.comm.rank, {}
+        try:
+            written = write_files(tmp)  # names, or {name: (size, sha256)} already measured (async_save)
+            for fname in written:
+                path = os.path.join(tmp, fname)
+                size, digest = written[fname] if isinstance(written, dict) else (os.path.getsize(path), None)
+                entries[fname] = FileEntry(size=size, sha256=digest or sha256_file(path), rank=rank)
+        except WriteFailed as exc:  # shared by the caller: every rank raises the same error
+            return entries, f"rank {rank} {exc}", True
+        except OSError as exc:
+            return entries, f"rank {rank} could not write into {tmp}: {exc}", True
+        except Exception as exc:
+            return entries, f"rank {rank}: {type(exc).__name__}: {exc}", False
+        return entries, None, True
+
+    def _write_manifest_and_commit(self, tmp, name, manifest, secret, keep):
+        """Rank 0: sign and write the manifest, commit ``tmp`` as ``name``, collect garbage.
+        Returns (error or None, whether the error is the disk's)."""
+        try:
+            if secret is not None:
+                manifest.signature = signing.sign(manifest, secret)
+            atomic_write_text(os.path.join(tmp, MANIFEST), manifest.to_json())
+            fsync_dir(tmp)
+            self._commit(tmp, self.path(name))
+            if keep:
+                self._collect_garbage(keep, newest=name)
+        except Exception as exc:
+            return f"rank 0 could not commit {self.path(name)}: {type(exc).__name__}: {exc}", isinstance(exc, OSError)
+        return None, True
 
     def _kept(self):
         """'; the previous checkpoint P is kept' for a failed save's message (this rank's view)."""
