@@ -227,8 +227,7 @@ class _Pipeline:
             for i, src in enumerate(srcs):
                 src = self.wire[lo:hi] if src is None else src
                 half.decode(src.view(np.float16), acc, add=i > 0)
-            half.encode(acc, self.wire[lo:hi])
-            half.decode(self.wire[lo:hi].view(np.float16), acc)  # the rounded sum, as every peer will have it
+            half.encode_rounding(acc, self.wire[lo:hi])  # and acc = the rounded sum, as every peer will have it
         else:
             # rank order; a + b == b + a exactly, so the running sum lives in my part from my turn on
             # (before it, in the first peer's inbox: scratch of this call)
