@@ -1,8 +1,9 @@
 """overlap=True across simulated nodes: bitwise the result of averaging after backward (issue 23).
 
 Real namespaces and 1 Gbit/s links (``scripts/simcluster.sh``, cluster ``mno``), not a fake node
-size: two_dimensional (the default) and hierarchical, and two_dimensional with float16 on the wire, 2 nodes x 2 ranks and
-3 nodes x 1 rank, the buckets averaged by the pipelined exchange between nodes while backward runs.
+size: two_dimensional (the default) and hierarchical, and two_dimensional with float16 on the wire,
+2 nodes x 2 ranks and 3 nodes x 1 rank, the buckets averaged by the pipelined exchange between
+nodes while backward runs.
 Runs only where asked (``SIMCLUSTER_TESTS=1``) and where it can (root, network namespaces).
 """
 
