@@ -42,6 +42,7 @@ def _half_wire_sum(n):
 def chunking(request, monkeypatch):
     monkeypatch.setattr(wire_allreduce, "CHUNK_BYTES", request.param[0])
     monkeypatch.setattr(wire_allreduce, "MIN_CHUNK", request.param[1])
+    monkeypatch.setattr(wire_allreduce, "PROGRESS_ELEMENTS", max(3, request.param[1] // 3))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -63,8 +64,10 @@ def test_exchange_is_the_rank_order_sum_on_every_rank(chunking, dtype, n):
     assert len(set(world.allgather(arr.tobytes()))) == 1
     preps = [(a, b) for k, a, b in seen if k == "p"]
     dones = [(a, b) for k, a, b in seen if k == "d"]
-    assert preps == dones and preps[0][0] == 0 and preps[-1][1] == n
-    assert all(x[1] == y[0] for x, y in zip(preps, preps[1:]))
+    for ranges in (preps, dones):  # each covers [0, n) once, in order
+        assert ranges[0][0] == 0 and ranges[-1][1] == n
+        assert all(x[1] == y[0] for x, y in zip(ranges, ranges[1:]))
+    assert len(preps) >= len(dones)
 
 
 @pytest.mark.parametrize("n", [3, 70_001])
