@@ -28,6 +28,8 @@ import warnings
 import numpy as np
 
 BLOCK = 1 << 16  # elements per block: the index/scratch blocks stay in L2 (measured 16K..256K)
+# ``take(..., mode="wrap")``: every index is in range by construction (20 bits into 2^20 entries,
+# 16 bits into 2^16); "wrap" measured 15-25% faster than "clip" here (NumPy 1.26, 6.4M elements).
 
 
 @functools.lru_cache(maxsize=None)
@@ -72,7 +74,27 @@ def encode(src, dst, scale=1.0):
             x = np.multiply(x, np.float32(scale), out=tmp[: e - s])
         i = idx[: e - s]
         np.right_shift(x.view(np.uint32), 12, out=i)
-        np.take(table, i, out=out[s:e], mode="clip")
+        np.take(table, i, out=out[s:e], mode="wrap")
+
+
+@functools.lru_cache(maxsize=None)
+def _round_table():
+    return _decode_table()[_encode_table()]  # float32(float16(x)) per encode bucket
+
+
+def encode_rounding(acc, dst):
+    """``encode(acc, dst)`` and ``acc[:] = decode(dst)`` in one pass (one shift, two lookups):
+    the float16 bits to send and the rounded value this rank keeps, as every receiver will decode it."""
+    table, rounded = _encode_table(), _round_table()
+    out = dst.view(np.uint16)
+    n = acc.size
+    idx = _scratch_of(np.uint32, min(n, BLOCK))
+    for s in range(0, n, BLOCK):
+        e = min(n, s + BLOCK)
+        i = idx[: e - s]
+        np.right_shift(acc[s:e].view(np.uint32), 12, out=i)
+        np.take(table, i, out=out[s:e], mode="wrap")
+        np.take(rounded, i, out=acc[s:e], mode="wrap")
 
 
 def decode(src, dst, add=False):
@@ -85,10 +107,10 @@ def decode(src, dst, add=False):
         e = min(n, s + BLOCK)
         if add:
             t = tmp[: e - s]
-            np.take(table, idx[s:e], out=t, mode="clip")
+            np.take(table, idx[s:e], out=t, mode="wrap")
             np.add(dst[s:e], t, out=dst[s:e])
         else:
-            np.take(table, idx[s:e], out=dst[s:e], mode="clip")
+            np.take(table, idx[s:e], out=dst[s:e], mode="wrap")
 
 
 def to_half(src, dst, scale=1.0):

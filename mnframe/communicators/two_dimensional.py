@@ -129,20 +129,34 @@ class TwoDimensionalReducer(ShmReducer):
         single = topo.inter_size == 1
         self.fence(buffer, "2d:packed")
         for gi, (lo, hi, pieces) in enumerate(plans):
-            for a, b, source in pieces:
-                seg = [v[gi][a:b] for v in views]
-                mine = seg[me]
-                peers = seg[:me] + seg[me + 1 :]
-                sources = seg[:me] + [mine if source is None else source] + seg[me + 1 :]  # rank order
-                # on one node a writable direct source is averaged in place (see _pack)
-                first = source if single and source is not None and source.flags.writeable else mine
-                mean_into(sources, [first] + (peers if single else []), scale)
-            if not single:
-                own = [v[gi][lo:hi] for v in views]
-                self.inter_node_sum(own[me])
+
+            def node_mean(a, b, gi=gi, pieces=pieces, lo=lo):
+                """The node's mean of slice elements [lo + a, lo + b) into this rank's segment."""
+                for pa, pb, source in pieces:
+                    x, y = max(pa, lo + a), min(pb, lo + b)
+                    if x >= y:
+                        continue
+                    seg = [v[gi][x:y] for v in views]
+                    mine = seg[me]
+                    peers = seg[:me] + seg[me + 1 :]
+                    src = None if source is None else source[x - pa : y - pa]
+                    sources = seg[:me] + [mine if src is None else src] + seg[me + 1 :]  # rank order
+                    # on one node a writable direct source is averaged in place (see _pack)
+                    first = src if single and src is not None and src.flags.writeable else mine
+                    mean_into(sources, [first] + (peers if single else []), scale)
+
+            if single:
+                node_mean(0, hi - lo)
+                continue
+            own = [v[gi][lo:hi] for v in views]
+
+            def to_peers(a, b, own=own):
                 for q, s in enumerate(own):
                     if q != me:
-                        s[...] = own[me]
+                        s[a:b] = own[me][a:b]
+
+            # the node mean of chunk k+1 is computed while chunk k crosses the link (pipelined)
+            self.inter_node_sum(own[me], prepare=node_mean, done=to_peers)
         self.fence(buffer, "2d:done")
 
 

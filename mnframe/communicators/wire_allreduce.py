@@ -15,12 +15,16 @@ cut). Every function here does the same:
    depends on how the array was cut (the overlap's bitwise claim);
 3. allgather: every rank sends its summed part to every peer.
 
-Each rank sends 2 (n-1)/n of the array, what a ring sends, in 2 (n-1)
-messages. ``allreduce_half``: float16 arrays. ``allreduce_float32_as_half``:
-float32 data with float16 on the wire (pipelined in pieces of ``PIPELINE``
-elements, so conversions overlap the transfers). ``allreduce_exchange``:
-float32/float64 as they are. Messages stay below MPI's 2 GiB count limit.
+Each rank sends 2 (n-1)/n of the array, what a ring sends. ``allreduce_half``:
+float16 arrays, one round. ``allreduce_float32_as_half`` (float32 data, float16 on
+the wire) and ``allreduce_exchange`` (float32/float64 as they are) are pipelined
+(``allreduce_pipelined``): the array goes in chunks of ``CHUNK_BYTES`` per peer
+message, so the link carries chunk k while this rank converts, sums or (through
+the ``prepare`` hook) computes its node's mean of chunk k+1, and the allgather of
+a chunk starts as soon as its sum is ready. Messages stay below MPI's 2 GiB limit.
 """
+
+import threading
 
 import numpy as np
 from mpi4py import MPI
@@ -30,7 +34,9 @@ from mnframe.communicators.host_kernels import slice_bounds
 from mnframe.runtime import oplog
 
 PIECE = 1 << 28  # elements per round (512 MiB of float16)
-PIPELINE = 1 << 20  # elements per message of the float32-as-float16 path: converted while others travel
+CHUNK_BYTES = 1 << 20  # bytes per peer message (8 ms at 1 Gbit/s, 0.8 ms at 10); chosen, not tuned by measurement
+MIN_CHUNK = 1 << 16  # elements: smaller chunks cost more in per-message overhead than they overlap
+PROGRESS_ELEMENTS = 1 << 18  # a chunk is prepared (node mean, conversion) in pieces of this, MPI polled between
 _TAG = 0x4A1F
 
 
@@ -78,7 +84,7 @@ def _round(comm, buf, scale):
     MPI.Request.Waitall(recvs + sends)
 
 
-def allreduce_float32_as_half(comm, arr):
+def allreduce_float32_as_half(comm, arr, prepare=None, done=None):
     """In place: float32 ``arr`` = the sum over ranks with float16 on the wire (half the bytes).
 
     The same collective as ``allreduce_half`` for data kept in float32 (the
@@ -87,106 +93,166 @@ def allreduce_float32_as_half(comm, arr):
     float16 once, the sum is taken in float32 in rank order and rounded to
     float16 once more, and every rank ends with that same rounded value. Each
     element is computed the same way however the array is cut (bitwise overlap).
+    ``prepare``/``done``: see ``allreduce_pipelined``.
+    """
+    return allreduce_pipelined(comm, arr, True, prepare, done, "allreduce:float32-as-float16")
+
+
+def allreduce_exchange(comm, arr, prepare=None, done=None):
+    """In place: ``arr`` (contiguous float32/float64) = the sum over ranks, by the same exchange as
+    ``allreduce_half`` without conversions: non-blocking messages, sums in rank order.
+    ``prepare``/``done``: see ``allreduce_pipelined``."""
+    return allreduce_pipelined(comm, arr, False, prepare, done, "allreduce:exchange")
+
+
+_scratch = threading.local()  # per thread (the overlap's thread exchanges too): reused, no page faults per call
+
+
+def _scratch_of(key, dtype, n):
+    pool = _scratch.__dict__.setdefault("pool", {})
+    buf = pool.get((key, dtype))
+    if buf is None or buf.size < n:
+        buf = pool[(key, dtype)] = np.empty(max(n, 1 << 12), dtype)
+    return buf[:n]
+
+
+def chunk_elements(itemsize, n_ranks):
+    """Elements per pipeline chunk: ``CHUNK_BYTES`` of data per peer message, at least ``MIN_CHUNK``."""
+    return max(MIN_CHUNK, (CHUNK_BYTES * n_ranks) // itemsize)
+
+
+def allreduce_pipelined(comm, arr, wire_half=False, prepare=None, done=None, what="allreduce:exchange"):
+    """In place: ``arr`` (1-d contiguous float32/float64) = the sum over ``comm``'s ranks, pipelined.
+
+    The array is cut into chunks (``chunk_elements``); each chunk into one part per
+    rank. For chunk k: ``prepare(a, b)`` (if given; called on consecutive pieces of
+    the chunk, ``PROGRESS_ELEMENTS`` at most, in order) writes this rank's
+    contribution to ``arr[a:b]`` (the shared-memory reducers' node mean: the CPU
+    work of chunk k+1 runs while chunk k is on the wire), the peers' parts are
+    sent (non-blocking; every receive is posted first), and every chunk whose
+    parts have all arrived is summed in rank order and its sum sent to every peer
+    (allgather). ``done(a, b)`` is called, in chunk order, once ``arr[a:b]`` holds
+    the final sum. ``wire_half``: float32 with float16 on the wire, as
+    ``allreduce_float32_as_half`` says. Each element is computed by the same
+    operations however the array is cut, and every rank ends with the same bits.
     """
     flat = arr.reshape(-1)
-    if comm.size == 1 or flat.size == 0:
+    n_el = flat.size
+    if comm.size == 1 or n_el == 0:
+        for a, b in [(0, n_el)] if n_el else []:
+            if prepare is not None:
+                prepare(a, b)
+            if done is not None:
+                done(a, b)
         return arr
-    with oplog.op("allreduce:float32-as-float16", array=arr):
-        for s in range(0, flat.size, PIECE):
-            _round32(comm, flat[s : s + PIECE])
+    with oplog.op(what, array=arr):
+        _Pipeline(comm, flat, wire_half, prepare, done).run()
     return arr
 
 
-def _pieces(lo, hi):
-    return [(a, min(hi, a + PIPELINE)) for a in range(lo, hi, PIPELINE)]
+class _Pipeline:
+    """One pipelined allreduce (``allreduce_pipelined``): the chunks, their messages and their progress."""
 
-
-def _round32(comm, buf):
-    """Pipelined: pieces of ``PIPELINE`` elements are converted while earlier pieces are on the wire."""
-    n, me = comm.size, comm.rank
-    parts = [slice_bounds(buf.size, n, r) for r in range(n)]
-    lo, hi = parts[me]
-    peers = [q for q in range(n) if q != me]
-    wire = np.empty(buf.size, np.uint16)  # float16 bits: what this rank sends, then what it gathers
-    inbox = {q: np.empty(hi - lo, np.uint16) for q in peers}
-    mine = _pieces(lo, hi)
-    # every receive posted first (matched in order: one tag per phase)
-    rs_recv = {q: [comm.Irecv([inbox[q][a - lo : b - lo], MPI.UINT16_T], q, _TAG + 2) for a, b in mine] for q in peers}
-    ag_recv = [comm.Irecv([wire[a:b], MPI.UINT16_T], q, _TAG + 3) for q in peers for a, b in _pieces(*parts[q])]
-    sends = []
-    # reduce-scatter: each peer's part, converted and sent piece by piece
-    their = {q: _pieces(*parts[q]) for q in peers}
-    for k in range(max((len(v) for v in their.values()), default=0)):
-        for q in peers:
-            if k < len(their[q]):
-                a, b = their[q][k]
-                half.encode(buf[a:b], wire[a:b])
-                sends.append(comm.Isend([wire[a:b], MPI.UINT16_T], q, _TAG + 2))
-        MPI.Request.Testall(sends)  # lets MPI move what is queued while this rank converts
-    # sum my part piece by piece in rank order (my own contribution rounded like the others'),
-    # send each summed piece to every peer at once (allgather)
-    for k, (a, b) in enumerate(mine):
-        half.encode(buf[a:b], wire[a:b])
-        acc = buf[a:b]
-        for i, q in enumerate(range(n)):
-            if q == me:
-                src = wire[a:b]
-            else:
-                rs_recv[q][k].Wait()
-                src = inbox[q][a - lo : b - lo]
-            half.decode(src.view(np.float16), acc, add=i > 0)
-        half.encode(acc, wire[a:b])
-        half.decode(wire[a:b].view(np.float16), acc)  # the rounded sum, as every peer will have it
-        sends += [comm.Isend([wire[a:b], MPI.UINT16_T], q, _TAG + 3) for q in peers]
-    # allgather: the peers' summed parts, decoded as they arrive
-    pieces = [(a, b) for q in peers for a, b in _pieces(*parts[q])]
-    for req, (a, b) in zip(ag_recv, pieces):
-        req.Wait()
-        half.decode(wire[a:b].view(np.float16), buf[a:b])
-    MPI.Request.Waitall(sends)
-
-
-def allreduce_exchange(comm, arr):
-    """In place: ``arr`` (contiguous float32/float64) = the sum over ranks, by the same exchange as
-    ``allreduce_half`` without conversions: large non-blocking messages, sums in rank order."""
-    flat = arr.reshape(-1)
-    if comm.size == 1 or flat.size == 0:
-        return arr
-    with oplog.op("allreduce:exchange", array=arr):
-        step = max(1, (PIECE * 2) // flat.itemsize)
-        for s in range(0, flat.size, step):
-            _round_native(comm, flat[s : s + step])
-    return arr
-
-
-def _round_native(comm, buf):
-    n, me = comm.size, comm.rank
-    parts = [slice_bounds(buf.size, n, r) for r in range(n)]
-    lo, hi = parts[me]
-    peers = [q for q in range(n) if q != me]
-    dt = MPI._typedict[buf.dtype.char]
-    inbox = {q: np.empty(hi - lo, buf.dtype) for q in peers}
-    recvs = {q: comm.Irecv([inbox[q], dt], source=q, tag=_TAG + 4) for q in peers}
-    sends = [comm.Isend([buf[parts[q][0] : parts[q][1]], dt], dest=q, tag=_TAG + 4) for q in peers]
-    mine = buf[lo:hi]
-    if me == 0:
-        acc = mine
-    else:
-        acc = np.empty(hi - lo, buf.dtype)
-    first = True
-    for q in range(n):
-        src = mine if q == me else inbox[q]
-        if q != me:
-            recvs[q].Wait()
-        if first:
-            if acc is not src:
-                np.copyto(acc, src)
-            first = False
+    def __init__(self, comm, flat, wire_half, prepare, done):
+        self.comm, self.flat, self.half = comm, flat, wire_half
+        self.prepare, self.done = prepare, done
+        n, me = comm.size, comm.rank
+        self.n, self.me = n, me
+        self.peers = [q for q in range(n) if q != me]
+        step = chunk_elements(2 if wire_half else flat.itemsize, n)
+        self.chunks = [(a, min(flat.size, a + step)) for a in range(0, flat.size, step)]
+        # per chunk: [lo, hi) of each rank's part (absolute), and where my part's copies land
+        self.parts = [
+            [(a + x, a + y) for x, y in (slice_bounds(b - a, n, r) for r in range(n))] for a, b in self.chunks
+        ]
+        mine = sum(p[me][1] - p[me][0] for p in self.parts)
+        if wire_half:
+            self.dt = MPI.UINT16_T
+            self.wire = _scratch_of("w", np.uint16, flat.size)  # float16 bits: what I send, then what I gather
+            inbox_dtype = np.uint16
         else:
-            np.add(acc, src, out=acc)
-    MPI.Request.Waitall(sends)
-    if acc is not mine:
-        np.copyto(mine, acc)
-    recvs = [comm.Irecv([buf[parts[q][0] : parts[q][1]], dt], source=q, tag=_TAG + 5) for q in peers]
-    sends = [comm.Isend([mine, dt], dest=q, tag=_TAG + 5) for q in peers]
-    MPI.Request.Waitall(recvs + sends)
+            self.dt = MPI._typedict[flat.dtype.char]
+            self.wire = flat
+            inbox_dtype = flat.dtype
+        self.inbox = {q: _scratch_of(("in", i), inbox_dtype, mine) for i, q in enumerate(self.peers)}
+        self.sends = []
+
+    def run(self):
+        comm, parts, me, peers, dt = self.comm, self.parts, self.me, self.peers, self.dt
+        # every receive posted first (matched in order: one tag per phase)
+        self.rs_recv, off = [], 0
+        for p in parts:
+            lo, hi = p[me]
+            self.rs_recv.append([comm.Irecv([self.inbox[q][off : off + hi - lo], dt], q, _TAG + 2) for q in peers])
+            off += hi - lo
+        self.ag_recv = [[comm.Irecv([self.wire[p[q][0] : p[q][1]], dt], q, _TAG + 3) for q in peers] for p in parts]
+        self.offsets = np.cumsum([0] + [p[me][1] - p[me][0] for p in parts]).tolist()
+        self.summed = self.finished = 0
+        for k, (a, b) in enumerate(self.chunks):
+            # in pieces, with MPI polled between them: MPI moves queued messages only inside its calls,
+            # and the socket's buffer drains in a few ms at 10 Gbit/s
+            for x in range(a, b, PROGRESS_ELEMENTS):
+                y = min(b, x + PROGRESS_ELEMENTS)
+                if self.prepare is not None:
+                    self.prepare(x, y)
+                if self.half:
+                    half.encode(self.flat[x:y], self.wire[x:y])  # my own part too: rounded like the peers'
+                if self.sends:
+                    MPI.Request.Testall(self.sends)
+            self.sends += [comm.Isend([self.wire[parts[k][q][0] : parts[k][q][1]], dt], q, _TAG + 2) for q in peers]
+            self._advance(k + 1, block=False)
+        self._advance(len(self.chunks), block=True)
+        MPI.Request.Waitall(self.sends)
+
+    def _advance(self, ready, block):
+        """Sum (and send) the chunks below ``ready`` whose parts have arrived, then finish the gathered ones."""
+        while self.summed < ready:
+            reqs = self.rs_recv[self.summed]
+            if block:
+                MPI.Request.Waitall(reqs)
+            elif not MPI.Request.Testall(reqs):
+                break
+            self._sum(self.summed)
+            self.summed += 1
+        while self.finished < self.summed:
+            reqs = self.ag_recv[self.finished]
+            if block:
+                MPI.Request.Waitall(reqs)
+            elif not MPI.Request.Testall(reqs):
+                break
+            self._finish(self.finished)
+            self.finished += 1
+        if not block:
+            MPI.Request.Testall(self.sends)  # lets MPI move what is queued
+
+    def _sum(self, k):
+        """My part of chunk k: the sum over ranks in rank order, sent to every peer."""
+        lo, hi = self.parts[k][self.me]
+        o = self.offsets[k]
+        acc = self.flat[lo:hi]
+        srcs = [None if q == self.me else self.inbox[q][o : o + hi - lo] for q in range(self.n)]
+        if self.half:
+            for i, src in enumerate(srcs):
+                src = self.wire[lo:hi] if src is None else src
+                half.decode(src.view(np.float16), acc, add=i > 0)
+            half.encode_rounding(acc, self.wire[lo:hi])  # and acc = the rounded sum, as every peer will have it
+        else:
+            # rank order; a + b == b + a exactly, so the running sum lives in my part from my turn on
+            # (before it, in the first peer's inbox: scratch of this call)
+            me = self.me
+            run = acc if me == 0 else srcs[0]
+            for q in range(1, self.n):
+                if q == me:
+                    np.add(run, acc, out=acc)
+                    run = acc
+                else:
+                    np.add(run, srcs[q], out=run)
+        self.sends += [self.comm.Isend([self.wire[lo:hi], self.dt], q, _TAG + 3) for q in self.peers]
+
+    def _finish(self, k):
+        if self.half:
+            for q in self.peers:
+                lo, hi = self.parts[k][q]
+                half.decode(self.wire[lo:hi].view(np.float16), self.flat[lo:hi])
+        if self.done is not None:
+            self.done(*self.chunks[k])

@@ -58,3 +58,18 @@ def test_mean_into_float16_sums_in_float32():
     out = np.empty(300_000, np.float16)
     mean_into(parts, [out], 1.0)
     assert np.all(out == 2050)
+
+
+def test_encode_rounding_is_encode_then_decode():
+    """The wire path's fused step: the bits sent and the value kept are encode's and decode's."""
+    rng = np.random.RandomState(3)
+    x = np.concatenate([rng.standard_normal(70_000).astype(np.float32) * s for s in (1e-6, 1e-3, 1, 1e3, 1e5)])
+    x = np.concatenate([x, np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 65504, 70000, 1e-8], np.float32)])
+    bits = np.empty(x.size, np.uint16)
+    half.encode(x, bits)
+    kept = np.empty(x.size, np.float32)
+    half.decode(bits.view(np.float16), kept)
+    acc, sent = x.copy(), np.empty(x.size, np.uint16)
+    half.encode_rounding(acc, sent)
+    assert sent.tobytes() == bits.tobytes()
+    assert acc.tobytes() == kept.tobytes()
