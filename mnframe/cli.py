@@ -422,7 +422,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if argv[:1] == ["doctor"]:
         from mnframe.doctor import main as doctor_main
 
-        sys.exit(doctor_main(argv[1:]))
+        sys.exit(doctor_main())
     check_environment(argv)
     if not parse_own_flags(argv)[0].check:
         from mpi4py import MPI  # started by check_environment

@@ -226,7 +226,7 @@ def open_run(world, args, has_cuda: bool, command: str) -> Trained:
 
 def shard_bounds(n: int, comm) -> List[int]:
     """[begin, end) of this data-parallel rank's contiguous, in-order shard of ``n`` examples."""
-    import mnframe
+    from mnframe.datasets.scatter import scatter_index
 
-    begin, end = mnframe.scatter_index(n, comm, force_equal_length=False)  # no padding: each example once
+    begin, end = scatter_index(n, comm, force_equal_length=False)  # no padding: each example once
     return [begin, end]

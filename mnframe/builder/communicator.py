@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict
 
+from mnframe.communicators.factory import create_communicator
 from mnframe.config.schema import CommunicatorConfig, ModelParallelTopology
 
 
@@ -32,9 +33,7 @@ class Communicators:
 
 
 def build_communicators(cfg: CommunicatorConfig, topology) -> Communicators:
-    import mnframe
-
-    world = mnframe.create_communicator(
+    world = create_communicator(
         cfg.name, allreduce_grad_dtype=cfg.allreduce_grad_dtype, batched_copy=cfg.batched_copy
     )
     if not isinstance(topology, ModelParallelTopology):

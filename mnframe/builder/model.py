@@ -19,6 +19,7 @@ from typing import Any, Dict
 
 from mnframe.builder.instantiate import agree_on_faults, declared_parameters, instantiate
 from mnframe.config.schema import Component, DataParallelTopology, RankPlan, RunConfig
+from mnframe.links.chain_list import MultiNodeChainList
 
 # constructor parameter -> the attribute of builder.communicator.Communicators it receives
 COMMUNICATOR_PARAMETERS = {"comm": "model", "data_comm": "data", "world_comm": "world"}
@@ -40,9 +41,7 @@ def build_component(component: Component, comms, path: str) -> Any:
 
 def build_rank_chain(plan: RankPlan, comms, path: str) -> Any:
     """This rank's MultiNodeChainList: ``add_link(module, rank_in, rank_out)`` per stage."""
-    import mnframe
-
-    chain = mnframe.MultiNodeChainList(comms.model)
+    chain = MultiNodeChainList(comms.model)
     for i, stage in enumerate(plan.stages):
         module = build_component(stage.module, comms, f"{path}.stages.{i}.module")
         chain.add_link(module, rank_in=stage.rank_in, rank_out=stage.rank_out)

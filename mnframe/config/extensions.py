@@ -68,10 +68,10 @@ class EvaluatorExt(ExtensionBase):
     def build(self, ctx):
         from chainer.training import extensions
 
-        import mnframe
+        from mnframe.extensions.evaluator import create_multi_node_evaluator
 
         evaluator = extensions.Evaluator(ctx.test_iter, ctx.model, device=ctx.device)
-        return mnframe.create_multi_node_evaluator(evaluator, ctx.data_comm)
+        return create_multi_node_evaluator(evaluator, ctx.data_comm)
 
     def report_name(self, name):
         return self.report_prefix
@@ -257,7 +257,7 @@ class MlflowExt(ExtensionBase):
     def build(self, ctx):
         from mnframe.extensions.mlflow_report import MLflowReport
 
-        config = getattr(ctx, "config", None) or {}
+        config = ctx.config or {}
         return MLflowReport(
             log_report=self.log_report,
             tracking_uri=self.tracking_uri,

@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from pydantic import BaseModel, Tag, TypeAdapter, ValidationError
 
+from mnframe import cuda_env
 from mnframe._import_path import locate
 from mnframe.config import schema
 from mnframe.config.errors import ConfigIssue, join_path, raise_issues, suggest, unknown_key_issue
@@ -271,16 +272,16 @@ def _communicator_issues(cfg: schema.CommunicatorConfig, has_cuda: bool, device:
             )
         ]
     issues = []
-    if getattr(info, "needs_cuda", False) and not has_cuda:
+    if info.needs_cuda and not has_cuda:
         issues.append(
             ConfigIssue(
                 "communicator.name",
                 "this communicator needs a CUDA GPU (CuPy) and none was found",
                 value=cfg.name,
-                allowed=", ".join(sorted(n for n, i in table.items() if getattr(i, "cpu_ok", False))),
+                allowed=", ".join(sorted(n for n, i in table.items() if i.cpu_ok)),
             )
         )
-    elif not getattr(info, "cpu_ok", True) and device == "cpu":
+    elif not info.cpu_ok and device == "cpu":
         issues.append(
             ConfigIssue(
                 "trainer.device",
@@ -292,7 +293,7 @@ def _communicator_issues(cfg: schema.CommunicatorConfig, has_cuda: bool, device:
     return issues
 
 
-def _optimizer_issues(cfg: schema.OptimizerConfig, comm_name: Optional[str], has_cuda: bool) -> List[ConfigIssue]:
+def _optimizer_issues(cfg: schema.OptimizerConfig) -> List[ConfigIssue]:
     from mnframe.builder.optimizer import HPARAM_ALIASES, OPTIMIZERS, optimizer_kwargs
 
     issues = []
@@ -540,9 +541,7 @@ def resolve_auto_communicator(raw: Dict[str, Any], has_cuda: bool) -> Dict[str, 
     if not (isinstance(comm, dict) and comm.get("name") == AUTO):
         return raw
     trainer = raw.get("trainer") if isinstance(raw.get("trainer"), dict) else {}
-    device = trainer.get("device", "cpu")
-    if device == "auto":
-        device = "gpu" if has_cuda else "cpu"
+    device = cuda_env.training_device(trainer.get("device", "cpu"), has_cuda)
     return {**raw, "communicator": {**comm, "name": name_for_device(device)}}
 
 
@@ -553,17 +552,14 @@ def _semantic_issues(
     device = s["trainer"].device if "trainer" in s else "cpu"
     if device == "gpu" and not has_cuda:
         issues.append(ConfigIssue("trainer.device", "no CUDA GPU (CuPy) found", value="gpu", allowed="cpu, auto"))
-    if device == "auto":
-        device = "gpu" if has_cuda else "cpu"
+    device = cuda_env.training_device(device, has_cuda)
     if "communicator" in s:
         issues += _communicator_issues(s["communicator"], has_cuda, device)
     topo = s.get("topology")
     dp_width = world_size
     if isinstance(topo, schema.ModelParallelTopology):
         group = topo.group_size
-        if world_size is None:
-            pass
-        elif world_size < group:
+        if world_size is not None and world_size < group:
             issues.append(
                 ConfigIssue(
                     "topology.ranks",
@@ -571,7 +567,7 @@ def _semantic_issues(
                     allowed=f"mpiexec -n {group} (or a multiple)",
                 )
             )
-        elif world_size % group:
+        elif world_size is not None and world_size % group:
             issues.append(
                 ConfigIssue(
                     "topology.ranks",
@@ -586,8 +582,7 @@ def _semantic_issues(
     if not check_targets:
         return issues
     if "optimizer" in s:
-        comm = s["communicator"].name if "communicator" in s else None
-        issues += _optimizer_issues(s["optimizer"], comm, has_cuda)
+        issues += _optimizer_issues(s["optimizer"])
     if "dataset" in s:
         issues += check_target("dataset.source", s["dataset"].source.target, s["dataset"].source.kwargs)
     if topo is not None and "model" in s:

@@ -7,7 +7,7 @@ ChainerMN does: use Chainer's standard ``(n, 'epoch')`` triggers instead.
 
 import warnings
 
-from mnframe.datasets.scatter import _mpi_comm
+from mnframe._mpi_comm import mpi_comm_of
 
 
 def get_n_iterations_for_one_epoch(dataset, local_batch_size, comm):
@@ -17,7 +17,7 @@ def get_n_iterations_for_one_epoch(dataset, local_batch_size, comm):
         DeprecationWarning,
         stacklevel=2,
     )
-    mpi = _mpi_comm(comm)
+    mpi = mpi_comm_of(comm)
     n = -(-len(dataset) // local_batch_size) if mpi.rank == 0 else None
     return mpi.bcast(n, root=0)
 

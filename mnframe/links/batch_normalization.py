@@ -30,6 +30,7 @@ from chainer import backend, configuration, function_node
 from chainer.links import BatchNormalization
 from chainer.utils import argument
 
+from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import oplog
 from mnframe.utils import collectives
 
@@ -98,7 +99,7 @@ class _NcclExchange:
             else:  # checks on every rank together that NCCL loads and no two ranks share a GPU
                 from mnframe.communicators.nccl_ops import NcclGroup
 
-                self._group = NcclGroup(collectives.mpi_comm_of(self.comm), "mnbn")
+                self._group = NcclGroup(mpi_comm_of(self.comm), "mnbn")
                 self._nccl_comm = self._group.comm
                 register = getattr(self.comm, "close_on_finalize", None)
                 if register is not None:
@@ -185,7 +186,7 @@ def _auto_choice(seen):
 
 
 def _log_choice(comm, backend_name, reason):
-    if collectives.mpi_comm_of(comm).rank != 0 or (backend_name, reason) in _LOGGED:
+    if mpi_comm_of(comm).rank != 0 or (backend_name, reason) in _LOGGED:
         return
     _LOGGED.add((backend_name, reason))
     log.info("MultiNodeBatchNormalization(communication_backend='auto'): %s (%s)", backend_name, reason)

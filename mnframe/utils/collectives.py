@@ -12,10 +12,10 @@ and name the operation a stuck rank is in.
 
 import numpy
 
+from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import oplog
 
 __all__ = [
-    "mpi_comm_of",
     "allreduce_sum",
     "allgather_array",
     "allgather_obj",
@@ -25,19 +25,6 @@ __all__ = [
     "all_agree",
     "share_verdict",
 ]
-
-
-def mpi_comm_of(comm):
-    """The mpi4py communicator behind a mnframe communicator (or ``comm`` itself)."""
-    mpi_comm = getattr(comm, "mpi_comm", None)
-    if mpi_comm is not None:
-        return mpi_comm
-    if hasattr(comm, "Allreduce") and hasattr(comm, "Get_rank"):
-        return comm  # already an mpi4py communicator
-    raise TypeError(
-        f"expected a mnframe communicator (with .mpi_comm) or an mpi4py Comm, "
-        f"got {type(comm).__name__}; create one with mnframe.create_communicator()"
-    )
 
 
 def allreduce_sum(comm, array, name="allreduce"):
