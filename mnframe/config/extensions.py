@@ -16,12 +16,10 @@ from __future__ import annotations
 import importlib.util
 from typing import Annotated, Any, ClassVar, Dict, List, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt
 
 from mnframe.config.errors import ConfigIssue, join_path
-
-PositiveInt = Annotated[int, Field(gt=0)]
-Unit = Literal["epoch", "iteration"]
+from mnframe.config.fields import Unit
 
 
 class ExtensionBase(BaseModel):
