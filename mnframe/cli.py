@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from mnframe.config.errors import ConfigError
+from mnframe.runtime.errors import agreed
 
 log = logging.getLogger("mnframe.cli")
 
@@ -115,19 +116,14 @@ def run_dir_problem(run_dir: Optional[str]) -> Optional[str]:
     return run_lock.acquire(run_dir)  # one job per run directory, until run_job ends
 
 
-def agreed(exc: ConfigError) -> ConfigError:
-    """Mark ``exc`` as raised on every rank after a shared verdict (guard.agree_timeout)."""
-    exc.agreed = True
-    return exc
-
-
 def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str] = None):
-    """Validate on this rank (rank 0 also checks that it can write ``run_dir``), then
-    allgather (hash, error) so every rank reaches the same verdict; returns
-    (RunConfig, plain dict, hash) or raises ConfigError."""
+    """Validate on this rank (rank 0 also checks that it can write ``run_dir``) and
+    share the verdict, then compare the config hashes, so every rank reaches the same
+    verdict; returns (RunConfig, plain dict, hash) or raises ConfigError on every rank."""
+    from mnframe.communicators.verdict import first
     from mnframe.config.compose import config_hash, from_yaml, to_yaml
     from mnframe.config.validate import validate
-    from mnframe.runtime import oplog
+    from mnframe.utils.collectives import allgather_obj, share_verdict
 
     config = from_yaml(yaml_text)
     digest = config_hash(to_yaml(config))
@@ -138,13 +134,9 @@ def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str
         error = str(exc)
     if world.rank == 0:
         error = "\n".join(e for e in (error, run_dir_problem(run_dir)) if e) or None
-    with oplog.op("allgather_obj"):
-        verdicts = world.allgather((digest, error))
-    errors = [(r, e) for r, (_, e) in enumerate(verdicts) if e]
-    if errors:
-        raise agreed(ConfigError(errors[0][1]))  # the same message on every rank
-    hashes = {h for h, _ in verdicts}
-    if len(hashes) > 1:
+    share_verdict(world, error, "config", ConfigError, first)  # the same config: one message
+    hashes = set(allgather_obj(world, digest, name="config.hash"))
+    if len(hashes) > 1:  # the same set on every rank
         raise agreed(
             ConfigError(
                 "the ranks hold different configurations (hashes "

@@ -26,11 +26,10 @@ LAST = "last"  # --checkpoint last: the newest complete checkpoint
 
 def first_error(world, error: Optional[str]) -> None:
     """Every rank raises ConfigError with the first rank's error (one line), or none does."""
-    from mnframe.utils.collectives import allgather_obj
+    from mnframe.communicators.verdict import first
+    from mnframe.utils.collectives import share_verdict
 
-    errors = [e for e in allgather_obj(world, error, name="verdict:trained") if e]
-    if errors:
-        raise ConfigError(errors[0])
+    share_verdict(world, error, "trained", ConfigError, first)
 
 
 def apply_overrides(config: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, Any]:

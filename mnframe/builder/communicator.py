@@ -33,9 +33,7 @@ class Communicators:
 
 
 def build_communicators(cfg: CommunicatorConfig, topology) -> Communicators:
-    world = create_communicator(
-        cfg.name, allreduce_grad_dtype=cfg.allreduce_grad_dtype, batched_copy=cfg.batched_copy
-    )
+    world = create_communicator(cfg.name, allreduce_grad_dtype=cfg.allreduce_grad_dtype, batched_copy=cfg.batched_copy)
     if not isinstance(topology, ModelParallelTopology):
         return Communicators(world=world, model=world, data=world)
     g = topology.group_size

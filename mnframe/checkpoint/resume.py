@@ -4,6 +4,7 @@ import sys
 
 from mnframe.checkpoint import config_diff, signing
 from mnframe.checkpoint.trainer_io import load_trainer
+from mnframe.communicators.verdict import distinct
 from mnframe.datasets import shuffle_seeds
 from mnframe.runtime.errors import ConfigError
 from mnframe.utils import collectives
@@ -40,10 +41,8 @@ def check_config(comm, manifest, name, config_hash, config, allow_unsafe):
 
 def check_signature(comm, manifest, secret, where):
     """Refuse (UnsafeFile, status 2, on every rank) a checkpoint whose signature does not verify."""
-    problems = collectives.allgather_obj(comm, signing.problem(manifest, secret, where), name="checkpoint.signature")
-    refused = list(dict.fromkeys(p for p in problems if p))
-    if refused:
-        raise UnsafeFile("; ".join(refused))
+    problem = signing.problem(manifest, secret, where)
+    collectives.share_verdict(comm, problem, "checkpoint.signature", UnsafeFile, distinct)
 
 
 def resume(trainer, store, cfg, config_hash=None, config=None):

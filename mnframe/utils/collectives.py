@@ -86,10 +86,12 @@ def all_agree(comm, ok, name="agree"):
     return int(allreduce_sum(comm, flag, name=name)[0]) == 0
 
 
-def share_verdict(comm, error, what, exc_type=RuntimeError):
+def share_verdict(comm, error, what, exc_type=RuntimeError, wording=None):
     """Share this rank's ``error`` (None: fine, or a message); every rank raises the same
-    ``exc_type`` if any rank has one (``communicators.verdict.raise_if_any``), so no
-    rank goes on into a collective the others have abandoned."""
-    from mnframe.communicators.verdict import raise_if_any
+    ``exc_type``, marked ``agreed``, if any rank has one (``communicators.verdict.raise_if_any``),
+    so no rank goes on into a collective the others have abandoned. ``wording``: how the
+    message reads (``verdict.each_rank``: one line per rank at fault; ``first``, ``distinct``, ...)."""
+    from mnframe.communicators import verdict
 
-    raise_if_any(allgather_obj(comm, error, name=f"verdict:{what}"), what, exc_type)
+    errors = allgather_obj(comm, error, name=f"verdict:{what}")
+    verdict.raise_if_any(errors, what, exc_type, wording or verdict.each_rank)
