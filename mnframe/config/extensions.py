@@ -177,27 +177,20 @@ class TensorBoardExt(ExtensionBase):
         return TensorBoardReport(log_report=self.log_report, log_dir=self.log_dir)
 
     def issues(self, path, entries):
-        out = []
-        if importlib.util.find_spec("tensorboardX") is None:
-            out.append(
-                ConfigIssue(
-                    path,
-                    "needs the tensorboardX package, which is not installed",
-                    allowed="pip install 'mnframe[tensorboard]' (or tensorboardX), or logger=none",
-                )
-            )
-        source = entries.get(self.log_report)
-        if not isinstance(source, LogReportExt) or not source.enabled:
-            reports = sorted(n for n, e in entries.items() if isinstance(e, LogReportExt) and e.enabled)
-            out.append(
-                ConfigIssue(
-                    join_path(path, "log_report"),
-                    "writes what a log_report extension logs, and there is no enabled one by that name",
-                    value=self.log_report,
-                    allowed=", ".join(reports) or "enable or add one: extensions.log_report",
-                )
-            )
-        return out
+        _require_package(path, "tensorboard", "tensorboardX")
+        return _log_report_issues(self, path, entries)
+
+
+def _require_package(path, logger, module):
+    """A logger whose package is missing is an environment problem (DependencyError, exit 3),
+    not a configuration error: one line naming the package and the extra to install."""
+    if importlib.util.find_spec(module) is None:
+        from mnframe.runtime.errors import DependencyError
+
+        raise DependencyError(
+            f"{path} (logger={logger}) needs the {module} package, which is not installed; "
+            f"fix: pip install 'mnframe[{logger}]' (or {module}), or logger=none"
+        )
 
 
 def _log_report_issues(self, path, entries) -> List[ConfigIssue]:
@@ -265,14 +258,7 @@ class MlflowExt(ExtensionBase):
         )
 
     def issues(self, path, entries):
-        if importlib.util.find_spec("mlflow") is None:
-            from mnframe.runtime.errors import DependencyError
-
-            # an environment problem (exit 3), not a configuration error
-            raise DependencyError(
-                f"{path} (logger=mlflow) needs the mlflow package, which is not installed; "
-                f"fix: pip install 'mnframe[mlflow]' (or mlflow), or logger=none"
-            )
+        _require_package(path, "mlflow", "mlflow")
         return _log_report_issues(self, path, entries)
 
 
