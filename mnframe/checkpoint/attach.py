@@ -2,14 +2,16 @@
 
 import os
 
-from mnframe.checkpoint.config import CheckpointConfig
+from mnframe.checkpoint.config import CheckpointConfig, ResumeMode
 from mnframe.checkpoint.extension import CheckpointExtension
-from mnframe.checkpoint.resume import resume
+from mnframe.checkpoint.resume import resume as resume_checkpoint
 from mnframe.checkpoint.store import CheckpointStore
 from mnframe.runtime import watchdog
 
 
-def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None, on_nonfinite="stop"):
+def attach(
+    trainer, cfg_section, run_dir, comm, config_hash=None, config=None, on_nonfinite="stop", resume: ResumeMode = "auto"
+):
     """Install checkpointing on ``trainer`` and resume it if a checkpoint applies (collective).
 
     Call it after every other extension has been added (their states are
@@ -17,7 +19,9 @@ def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None, o
     CheckpointConfig (or a dict of its fields); ``config`` (a plain dict of the
     whole run configuration) is stored in the manifest so a later resume can
     show what changed. ``on_nonfinite``: ``stop`` ends training at a non-finite loss
-    (``trainer.on_nonfinite``; see divergence.py), ``ignore`` does not look. Returns
+    (``trainer.on_nonfinite``; see divergence.py), ``ignore`` does not look. ``resume``:
+    ``auto`` (the newest good checkpoint if any), ``must`` (fail, status 2, if none) or
+    ``never`` (start fresh). Returns
     the CheckpointExtension; its ``resumed_from`` names the checkpoint loaded (None
     for a fresh start) and ``preempted`` says whether the run stopped for a
     preemption signal.
@@ -39,5 +43,5 @@ def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None, o
     )
     ext.bind(trainer)
     trainer.extend(ext, name=ext.name, trigger=ext.trigger, priority=ext.priority)
-    ext.resumed_from = resume(trainer, store, cfg, config_hash=config_hash, config=config)
+    ext.resumed_from = resume_checkpoint(trainer, store, cfg, resume, config_hash=config_hash, config=config)
     return ext

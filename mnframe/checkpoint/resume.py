@@ -45,10 +45,11 @@ def check_signature(comm, manifest, secret, where):
     collectives.share_verdict(comm, problem, "checkpoint.signature", UnsafeFile, distinct)
 
 
-def resume(trainer, store, cfg, config_hash=None, config=None):
-    """Load the checkpoint chosen by ``cfg`` (resume/load/verify) into ``trainer``; return its name or None."""
+def resume(trainer, store, cfg, mode="auto", config_hash=None, config=None):
+    """Load the checkpoint chosen by ``mode`` (auto/must/never) and ``cfg`` (load/verify)
+    into ``trainer``; return its name or None."""
     secret = signing.key()
-    chosen = store.select(cfg.resume, cfg.load, cfg.verify or secret is not None)  # a signature covers hashes
+    chosen = store.select(mode, cfg.load, cfg.verify or secret is not None)  # a signature covers hashes
     if chosen is None:
         return None
     name, manifest = chosen

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PositiveInt, Tag, field_validator
 
-from mnframe.checkpoint.config import CheckpointConfig
+from mnframe.checkpoint.config import CheckpointConfig, ResumeMode
 from mnframe.config.extensions import Extensions
 from mnframe.config.fields import Unit
 from mnframe.config.schedules import LrSchedule
@@ -277,7 +277,7 @@ class RunConfig(Strict):
 
     name: str = Field(min_length=1)
     seed: int = 0
-    resume: Literal["auto", "must", "never"] = "auto"
+    resume: ResumeMode = "auto"
     communicator: CommunicatorConfig
     optimizer: OptimizerConfig
     dataset: DatasetConfig

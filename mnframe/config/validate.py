@@ -497,15 +497,6 @@ def validate(
         raise_issues([ConfigIssue("", "the config must be a mapping", value=raw)])
     raw = resolve_auto_communicator(raw, has_cuda)
     issues: List[ConfigIssue] = list(_missing_values(raw))
-    if isinstance(raw.get("checkpoint"), dict) and "resume" in raw["checkpoint"]:
-        issues.append(
-            ConfigIssue(
-                "checkpoint.resume",
-                "resume is chosen at the top level",
-                value=raw["checkpoint"]["resume"],
-                allowed="resume=auto|must|never",
-            )
-        )
     sections: Dict[str, Any] = {}
     fields = schema.RunConfig.model_fields
     for key in raw:
