@@ -280,7 +280,6 @@ class Leader:
             self.in_job = False
 
     def run(self, argv: Sequence[str]) -> None:
-        from mnframe import tune
         from mnframe.config.compose import run_hydra
         from mnframe.runtime import run_lock
 
@@ -290,11 +289,6 @@ class Leader:
         except Exception as error:
             if not isinstance(error, ConfigError) and not (self.failures and len(self.failures) == self.jobs):
                 raise  # (a sweeper that fails once every job failed, e.g. Optuna's "no completed trial", is that)
-            if tune.requested(argv) and self.failures and isinstance(error, ConfigError):
-                # the study recorded its failed trials and went on (had none completed, the sweeper
-                # itself would have raised: then the summary below)
-                _bcast(self.world, (DONE, None, None))
-                return
             exc = error
             if self.failures:  # the end of a sweep: its jobs' errors were shown as they failed
                 exc = ConfigError(
