@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from mnframe.config.errors import ConfigError
+from mnframe.runtime.errors import agreed
 
 log = logging.getLogger("mnframe.cli")
 
@@ -124,19 +125,14 @@ def validate_lazily(raw, world_size, has_cuda: bool = False):
     return validate(raw, world_size, has_cuda=has_cuda)
 
 
-def agreed(exc: ConfigError) -> ConfigError:
-    """Mark ``exc`` as raised on every rank after a shared verdict (guard.agree_timeout)."""
-    exc.agreed = True
-    return exc
-
-
 def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str] = None):
-    """Validate on this rank (rank 0 also checks that it can write ``run_dir``), then
-    allgather (hash, error) so every rank reaches the same verdict; returns
-    (RunConfig, plain dict, hash) or raises ConfigError."""
+    """Validate on this rank (rank 0 also checks that it can write ``run_dir``) and
+    share the verdict, then compare the config hashes, so every rank reaches the same
+    verdict; returns (RunConfig, plain dict, hash) or raises ConfigError on every rank."""
     from mnframe.builder.validate import validate
+    from mnframe.communicators.verdict import first
     from mnframe.config.compose import config_hash, from_yaml, to_yaml
-    from mnframe.runtime import oplog
+    from mnframe.utils.collectives import allgather_obj, share_verdict
 
     config = from_yaml(yaml_text)
     digest = config_hash(to_yaml(config))
@@ -147,13 +143,9 @@ def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str
         error = str(exc)
     if world.rank == 0:
         error = "\n".join(e for e in (error, run_dir_problem(run_dir)) if e) or None
-    with oplog.op("allgather_obj"):
-        verdicts = world.allgather((digest, error))
-    errors = [(r, e) for r, (_, e) in enumerate(verdicts) if e]
-    if errors:
-        raise agreed(ConfigError(errors[0][1]))  # the same message on every rank
-    hashes = {h for h, _ in verdicts}
-    if len(hashes) > 1:
+    share_verdict(world, error, "config", ConfigError, first)  # the same config: one message
+    hashes = set(allgather_obj(world, digest, name="config.hash"))
+    if len(hashes) > 1:  # the same set on every rank
         raise agreed(
             ConfigError(
                 "the ranks hold different configurations (hashes "
@@ -297,7 +289,6 @@ class Leader:
             self.in_job = False
 
     def run(self, argv: Sequence[str]) -> None:
-        from mnframe import tune
         from mnframe.config.compose import run_hydra
         from mnframe.runtime import run_lock
 
@@ -307,11 +298,6 @@ class Leader:
         except Exception as error:
             if not isinstance(error, ConfigError) and not (self.failures and len(self.failures) == self.jobs):
                 raise  # (a sweeper that fails once every job failed, e.g. Optuna's "no completed trial", is that)
-            if tune.requested(argv) and self.failures and isinstance(error, ConfigError):
-                # the study recorded its failed trials and went on (had none completed, the sweeper
-                # itself would have raised: then the summary below)
-                _bcast(self.world, (DONE, None, None))
-                return
             exc = error
             if self.failures:  # the end of a sweep: its jobs' errors were shown as they failed
                 exc = ConfigError(
@@ -435,7 +421,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if argv[:1] == ["doctor"]:
         from mnframe.doctor import main as doctor_main
 
-        sys.exit(doctor_main(argv[1:]))
+        sys.exit(doctor_main())
     check_environment(argv)
     if not parse_own_flags(argv)[0].check:
         from mpi4py import MPI  # started by check_environment

@@ -149,6 +149,16 @@ def probe() -> CudaProbe:
     return _cached()
 
 
+def training_device(choice: str, usable: bool) -> str:
+    """``"gpu"`` or ``"cpu"`` for ``trainer.device`` (cpu | gpu | auto) where CUDA is
+    ``usable`` or not: ``auto`` trains on the GPU when there is one. The one place
+    ``auto`` is resolved (the validator, the communicator's ``auto`` and the device
+    builder ask here)."""
+    if choice == "auto":
+        return "gpu" if usable else "cpu"
+    return choice
+
+
 def nccl_hint() -> str:
     """The install command for NCCL matching the CuPy installed (cu12 or cu13)."""
     return f"pip install {package_for('nccl', probe().cuda_major)}"

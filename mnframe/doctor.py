@@ -291,7 +291,7 @@ STEPS: List[Callable] = [
 ]
 
 
-def main(argv: Sequence[str] = ()) -> int:
+def main() -> int:
     """Run every step; rank 0 prints; 1 if any step failed (on any rank)."""
     try:
         from mpi4py import MPI

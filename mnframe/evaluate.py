@@ -102,8 +102,8 @@ def evaluate(world, args: argparse.Namespace, has_cuda: bool) -> Optional[Dict]:
     """Evaluate on every rank; rank 0 returns the record it wrote (None elsewhere)."""
     import chainer
 
-    import mnframe
     from mnframe.builder.data import per_rank_batch_size
+    from mnframe.datasets.empty import create_empty_dataset
     from mnframe.trained import open_run, shard_bounds
     from mnframe.utils.collectives import allgather_obj
 
@@ -114,7 +114,7 @@ def evaluate(world, args: argparse.Namespace, has_cuda: bool) -> Optional[Dict]:
     begin, end = shard_bounds(len(data), comms.data)
     shard = chainer.datasets.SubDataset(data, begin, end)
     if trained.plan is not None and trained.plan.dataset == "empty":
-        shard = mnframe.create_empty_dataset(shard)
+        shard = create_empty_dataset(shard)
     batch = cfg.dataset.test_batch_size or per_rank_batch_size(cfg.dataset, comms.data.size)
     part = run_batches(trained.models["main"], shard, batch, trained.device)
     parts = allgather_obj(comms.world, part, name="evaluate.allgather_obj")

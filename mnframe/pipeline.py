@@ -112,9 +112,15 @@ def attach_checkpoints(trainer, cfg: RunConfig, run_dir, comm, config, config_ha
     """Atomic checkpoints + resume + preemption (mnframe.checkpoint); last, after extensions."""
     from mnframe.checkpoint.attach import attach
 
-    section = cfg.checkpoint.model_copy(update={"resume": cfg.resume})
     return attach(
-        trainer, section, run_dir, comm, config_hash=config_hash, config=config, on_nonfinite=cfg.trainer.on_nonfinite
+        trainer,
+        cfg.checkpoint,
+        run_dir,
+        comm,
+        config_hash=config_hash,
+        config=config,
+        on_nonfinite=cfg.trainer.on_nonfinite,
+        resume=cfg.resume,
     )
 
 

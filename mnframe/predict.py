@@ -209,9 +209,10 @@ def _write_table(tmp, as_csv, ids, y, label):
 
 def predict(world, args: argparse.Namespace, has_cuda: bool) -> Optional[str]:
     """Predict on every rank; rank 0 writes the file and returns its path."""
+    from mnframe.communicators.verdict import first
     from mnframe.evaluate import split_of
-    from mnframe.trained import first_error, open_run, shard_bounds
-    from mnframe.utils.collectives import allgather_obj
+    from mnframe.trained import open_run, shard_bounds
+    from mnframe.utils.collectives import allgather_obj, share_verdict
 
     run_dir = os.path.abspath(args.run_dir)
     trained = open_run(world, args, has_cuda, "predict")
@@ -223,7 +224,7 @@ def predict(world, args: argparse.Namespace, has_cuda: bool) -> Optional[str]:
         ids, x = read_inputs(os.path.abspath(args.input), example)
     except ConfigError as exc:
         error = str(exc)
-    first_error(comms.world, error)
+    share_verdict(comms.world, error, "predict.inputs", ConfigError, first)  # the first rank's error, one line
     begin, end = shard_bounds(len(x), comms.data)
     receive_only = trained.plan is not None and trained.plan.dataset == "empty"
     batch = args.batch_size or cfg.dataset.test_batch_size or cfg.dataset.batch_size

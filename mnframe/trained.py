@@ -24,15 +24,6 @@ from mnframe.runtime.errors import ConfigError
 LAST = "last"  # --checkpoint last: the newest complete checkpoint
 
 
-def first_error(world, error: Optional[str]) -> None:
-    """Every rank raises ConfigError with the first rank's error (one line), or none does."""
-    from mnframe.utils.collectives import allgather_obj
-
-    errors = [e for e in allgather_obj(world, error, name="verdict:trained") if e]
-    if errors:
-        raise ConfigError(errors[0])
-
-
 def apply_overrides(config: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, Any]:
     """``key=value`` overrides (values parsed as YAML, as Hydra does) on a resolved config."""
     from omegaconf import OmegaConf
@@ -193,8 +184,10 @@ def build_trained(world, run_dir: str, overrides: Sequence[str], checkpoint: Opt
     from mnframe.builder.device import select_device
     from mnframe.builder.model import build_models, rank_plan, user_models
     from mnframe.cli import agree_on_config
+    from mnframe.communicators.verdict import first
     from mnframe.pipeline import seed_everything
     from mnframe.runtime import threads
+    from mnframe.utils.collectives import share_verdict
 
     yaml_text = shared_run_config(world, run_dir, overrides)
     cfg, config, _ = agree_on_config(world, yaml_text, has_cuda)
@@ -209,7 +202,7 @@ def build_trained(world, run_dir: str, overrides: Sequence[str], checkpoint: Opt
     for name, (path, prefix) in sources.items():
         target = models[name] if prefix else user[name]  # a checkpoint holds the trainer's (wrapped) model
         error = error or load_weights(path, target, prefix)
-    first_error(comms.world, error)
+    share_verdict(comms.world, error, "trained", ConfigError, first)  # the first rank's error, one line
     for model in models.values():
         model.to_device(device)
     return Trained(cfg, config, comms, device, models, user, rank_plan(cfg, comms), label)
@@ -226,7 +219,7 @@ def open_run(world, args, has_cuda: bool, command: str) -> Trained:
 
 def shard_bounds(n: int, comm) -> List[int]:
     """[begin, end) of this data-parallel rank's contiguous, in-order shard of ``n`` examples."""
-    import mnframe
+    from mnframe.datasets.scatter import scatter_index
 
-    begin, end = mnframe.scatter_index(n, comm, force_equal_length=False)  # no padding: each example once
+    begin, end = scatter_index(n, comm, force_equal_length=False)  # no padding: each example once
     return [begin, end]

@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
-from mnframe.runtime.errors import ConfigError, DependencyError
+from mnframe.runtime.errors import ConfigError, DependencyError, agreed
 
 # import name -> what to tell the user, for the modules tune=optuna needs
 MODULES = ("optuna", "sqlalchemy", "hydra_plugins.hydra_optuna_sweeper")
@@ -149,5 +149,5 @@ def objective(cfg, trainer, world) -> Any:
         verdict = reduce_metric(log_of(trainer), cfg.tune.metric, cfg.tune.reduce)
     value, error = bcast_obj(world, verdict, name="tune.objective")
     if error:
-        raise ConfigError(error)
+        raise agreed(ConfigError(error))  # rank 0's verdict, raised on every rank
     return value

@@ -10,60 +10,24 @@ from pathlib import Path
 import pytest
 
 from mnframe.testing import run_mpi
+from mnframe.testing.recipes import TINY
 
 REPO = Path(__file__).resolve().parents[1]
 ITERATIONS = 2
 
-# recipe -> (tiny overrides, keys its log must report)
+# recipe -> keys its log must report (the tiny sizes: mnframe.testing.recipes.TINY)
 SMOKE = {
-    "cifar": (
-        ["model.width=0.0625", "dataset.source.n_synthetic=16", "dataset.batch_size=4"],
-        {"main/loss", "main/accuracy"},
-    ),
-    "imagenet": (
-        [
-            "dataset.source.synthetic=true",
-            "model._target_=mnframe.recipes.imagenet.models.NIN",
-            "model.width=0.0625",
-            "model.n_class=10",
-            "dataset.source.n_class=10",
-            "dataset.source.insize=64",
-            "dataset.source.n_synthetic=16",
-            "dataset.batch_size=2",
-            "dataset.loader=serial",
-        ],
-        {"main/loss", "main/accuracy"},
-    ),
-    "dcgan": (
-        [
-            "model.gen.ch=16",
-            "model.dis.ch=16",
-            "model.gen.n_hidden=8",
-            "dataset.source.n_synthetic=16",
-            "dataset.batch_size=4",
-        ],
-        {"gen/loss", "dis/loss"},
-    ),
-    "seq2seq": (
-        [
-            "dataset.source.n_train=32",
-            "dataset.source.n_test=8",
-            "dataset.batch_size=4",
-            "topology.ranks.0.stages.0.module.n_units=8",
-            "topology.ranks.1.stages.0.module.n_units=8",
-        ],
-        {"main/0/loss", "main/0/perp", "main/0/accuracy"},
-    ),
-    "parallel_convolution": (
-        ["model.width=0.0625", "dataset.source.n_synthetic=16", "dataset.batch_size=4"],
-        {"main/loss", "main/accuracy"},
-    ),
+    "cifar": {"main/loss", "main/accuracy"},
+    "imagenet": {"main/loss", "main/accuracy"},
+    "dcgan": {"gen/loss", "dis/loss"},
+    "seq2seq": {"main/0/loss", "main/0/perp", "main/0/accuracy"},
+    "parallel_convolution": {"main/loss", "main/accuracy"},
 }
 
 
 @pytest.mark.parametrize("recipe", sorted(SMOKE))
 def test_recipe_trains_on_two_ranks(recipe, tmp_path):
-    overrides, keys = SMOKE[recipe]
+    keys = SMOKE[recipe]
     run_dir = tmp_path / "run"
     result = run_mpi(
         [
@@ -74,8 +38,9 @@ def test_recipe_trains_on_two_ranks(recipe, tmp_path):
             "extensions=minimal",
             "extensions.log_report.unit=iteration",
             "resume=never",
+            "dataset.loader=serial",  # imagenet ships multiprocess: tests/mpi/test_recipes_to_the_end.py
             f"hydra.run.dir={run_dir}",
-            *overrides,
+            *TINY[recipe],
         ],
         n=2,
         timeout=120,
@@ -101,10 +66,8 @@ def test_dual_parallel_recipe_trains_on_two_replicas(tmp_path):
             "extensions=minimal",
             "extensions.log_report.unit=iteration",
             "resume=never",
-            "dataset.batch_size=8",
-            "topology.ranks.0.stages.0.module.n_units=16",
-            "topology.ranks.1.stages.0.module.n_units=16",
             f"hydra.run.dir={run_dir}",
+            *TINY["mnist_dual_parallel"],
         ],
         n=4,
         timeout=180,

@@ -168,9 +168,9 @@ if STAGE == "evaluation":
         chainer.iterators.SerialIterator(data, 8, repeat=False, shuffle=False), model)
     trainer.extend(mnframe.create_multi_node_evaluator(ev, comm), trigger=(FAIL_ITER, "iteration"))
 
-cfg = CheckpointConfig(interval=int(env("INTERVAL", "5")), keep=int(env("KEEP", "3")),
-                       resume=env("RESUME", "auto"), load=env("LOAD") or None)
-ckpt = attach(trainer, cfg, RUN_DIR, comm, config_hash="h1", config={"model": {"units": 8}})
+cfg = CheckpointConfig(interval=int(env("INTERVAL", "5")), keep=int(env("KEEP", "3")), load=env("LOAD") or None)
+ckpt = attach(trainer, cfg, RUN_DIR, comm, config_hash="h1", config={"model": {"units": 8}},
+              resume=env("RESUME", "auto"))
 trainer.run()
 np.savez(os.path.join(RUN_DIR, f"params.rank{rank}.npz"),
          **{name: p.array for name, p in model.namedparams()})

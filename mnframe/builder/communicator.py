@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
+from mnframe.communicators.factory import create_communicator
 from mnframe.config.errors import ConfigIssue, suggest
 from mnframe.config.schema import CommunicatorConfig, ModelParallelTopology
 
@@ -37,16 +38,16 @@ def communicator_issues(cfg: CommunicatorConfig, has_cuda: bool, device: Optiona
             )
         ]
     issues = []
-    if getattr(info, "needs_cuda", False) and not has_cuda:
+    if info.needs_cuda and not has_cuda:
         issues.append(
             ConfigIssue(
                 "communicator.name",
                 "this communicator needs a CUDA GPU (CuPy) and none was found",
                 value=cfg.name,
-                allowed=", ".join(sorted(n for n, i in table.items() if getattr(i, "cpu_ok", False))),
+                allowed=", ".join(sorted(n for n, i in table.items() if i.cpu_ok)),
             )
         )
-    elif not getattr(info, "cpu_ok", True) and device == "cpu":
+    elif not info.cpu_ok and device == "cpu":
         issues.append(
             ConfigIssue(
                 "trainer.device",
@@ -69,11 +70,7 @@ class Communicators:
 
 
 def build_communicators(cfg: CommunicatorConfig, topology) -> Communicators:
-    import mnframe
-
-    world = mnframe.create_communicator(
-        cfg.name, allreduce_grad_dtype=cfg.allreduce_grad_dtype, batched_copy=cfg.batched_copy
-    )
+    world = create_communicator(cfg.name, allreduce_grad_dtype=cfg.allreduce_grad_dtype, batched_copy=cfg.batched_copy)
     if not isinstance(topology, ModelParallelTopology):
         return Communicators(world=world, model=world, data=world)
     g = topology.group_size

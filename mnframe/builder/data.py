@@ -18,6 +18,9 @@ from mnframe._targets import check_target
 from mnframe.builder.instantiate import agree_on_faults, instantiate
 from mnframe.config.errors import ConfigIssue, suggest
 from mnframe.config.schema import DatasetConfig
+from mnframe.datasets.empty import create_empty_dataset
+from mnframe.iterators.multi_node import create_multi_node_iterator
+from mnframe.iterators.synchronized import create_synchronized_iterator
 
 log = logging.getLogger("mnframe.data")
 
@@ -51,11 +54,11 @@ class Scatter(Strategy):
     """Data-rank 0 loads; ``scatter_dataset`` sends each rank its shard (ChainerMN's way)."""
 
     def datasets(self, cfg, comm, seed, world):
-        import mnframe
+        from mnframe.datasets.scatter import scatter_dataset  # imports mpi4py.MPI: not when validating
 
         train, test = _load(cfg, world, here=comm.rank == 0)
-        train = mnframe.scatter_dataset(train, comm, shuffle=cfg.shuffle, seed=seed)
-        test = mnframe.scatter_dataset(test, comm, shuffle=False)
+        train = scatter_dataset(train, comm, shuffle=cfg.shuffle, seed=seed)
+        test = scatter_dataset(test, comm, shuffle=False)
         return train, test
 
 
@@ -65,12 +68,12 @@ class Shard(Strategy):
     def datasets(self, cfg, comm, seed, world):
         import chainer
 
-        import mnframe
+        from mnframe.datasets.scatter import scatter_index  # imports mpi4py.MPI: not when validating
 
         train, test = _load(cfg, world)
 
         def shard(ds, shuffle):
-            begin, end = mnframe.scatter_index(len(ds), comm)
+            begin, end = scatter_index(len(ds), comm)
             order = np.random.RandomState(seed).permutation(len(ds)) if shuffle else None
             return chainer.datasets.SubDataset(ds, begin, end, order)
 
@@ -83,9 +86,7 @@ class MultiNodeIterator(Strategy):
     span = "model"
 
     def wrap_iterator(self, iterator, comm, train):
-        import mnframe
-
-        return mnframe.iterators.create_multi_node_iterator(iterator, comm) if train else iterator
+        return create_multi_node_iterator(iterator, comm) if train else iterator
 
 
 class Synchronized(Strategy):
@@ -94,9 +95,7 @@ class Synchronized(Strategy):
     span = "model"
 
     def wrap_iterator(self, iterator, comm, train):
-        import mnframe
-
-        return mnframe.iterators.create_synchronized_iterator(iterator, comm) if train else iterator
+        return create_synchronized_iterator(iterator, comm) if train else iterator
 
 
 class Replicate(Strategy):
@@ -192,8 +191,6 @@ def build_data(cfg: DatasetConfig, comms, seed: int, empty: bool = False, overfi
     never shuffled.
 
     ``comms`` has ``.world``, ``.data`` and ``.model`` communicators (builder.communicator)."""
-    import mnframe
-
     strategy = STRATEGIES[cfg.strategy]
     data_comm = comms.data
     comm = comms.model if strategy.span == "model" else data_comm
@@ -205,8 +202,8 @@ def build_data(cfg: DatasetConfig, comms, seed: int, empty: bool = False, overfi
         train = test = overfit_subset(train, overfit_batches * batch)
         cfg = cfg.model_copy(update={"shuffle": False})
     if empty:
-        train = mnframe.create_empty_dataset(train)
-        test = mnframe.create_empty_dataset(test)
+        train = create_empty_dataset(train)
+        test = create_empty_dataset(test)
     warn_batch_larger_than_shard(batch, train, data_comm)
     train_iter = strategy.wrap_iterator(_iterator(cfg, train, batch, True), comm, True)
     test_iter = _iterator(cfg, test, cfg.test_batch_size or batch, False)

@@ -34,8 +34,7 @@ def select_device(choice: str, comm):
     from mnframe import cuda_env
 
     info = cuda_env.probe()
-    use_gpu = choice == "gpu" or (choice == "auto" and info.usable)
-    if not use_gpu:
+    if cuda_env.training_device(choice, info.usable) == "cpu":
         device = chainer.get_device("@numpy")
         device.use()
         return device

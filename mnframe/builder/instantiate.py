@@ -55,20 +55,18 @@ def instantiate(component: Component, path: Optional[str] = None, **provided: An
 def agree_on_faults(comm) -> Iterator[None]:
     """Run the block on every rank of ``comm``; if a ConfigError left it on any rank,
     raise one ConfigError on every rank (each distinct message once)."""
-    from mnframe.utils.collectives import allgather_obj
+    from mnframe.utils.collectives import share_verdict
 
     error = None
     try:
         yield
     except ConfigError as exc:
         error = str(exc)
-    errors = allgather_obj(comm, error, name="agree_on_faults")
-    messages = list(dict.fromkeys(e for e in errors if e))
-    if messages:
-        ranks = [r for r, e in enumerate(errors) if e]
-        where = (
-            ""
-            if len(ranks) == len(errors)
-            else f" (on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
-        )
-        raise ConfigError(f"building the job failed{where}:\n" + "\n".join(messages))
+    share_verdict(comm, error, "agree_on_faults", ConfigError, _building_failed)
+
+
+def _building_failed(f) -> str:
+    """``building the job failed (on rank 1):`` and each distinct message once (a ``verdict`` wording)."""
+    ranks = [r for r, _ in f.bad]
+    where = "" if len(ranks) == f.size else f" (on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
+    return f"building the job failed{where}:\n" + "\n".join(dict.fromkeys(e for _, e in f.bad))

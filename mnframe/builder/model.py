@@ -21,6 +21,7 @@ from mnframe._targets import check_target, declared_parameters
 from mnframe.builder.instantiate import agree_on_faults, instantiate
 from mnframe.config.errors import ConfigIssue
 from mnframe.config.schema import Component, DataParallelTopology, RankPlan, RunConfig
+from mnframe.links.chain_list import MultiNodeChainList
 
 # constructor parameter -> the attribute of builder.communicator.Communicators it receives
 COMMUNICATOR_PARAMETERS = {"comm": "model", "data_comm": "data", "world_comm": "world"}
@@ -42,9 +43,7 @@ def build_component(component: Component, comms, path: str) -> Any:
 
 def build_rank_chain(plan: RankPlan, comms, path: str) -> Any:
     """This rank's MultiNodeChainList: ``add_link(module, rank_in, rank_out)`` per stage."""
-    import mnframe
-
-    chain = mnframe.MultiNodeChainList(comms.model)
+    chain = MultiNodeChainList(comms.model)
     for i, stage in enumerate(plan.stages):
         module = build_component(stage.module, comms, f"{path}.stages.{i}.module")
         chain.add_link(module, rank_in=stage.rank_in, rank_out=stage.rank_out)

@@ -73,10 +73,10 @@ HOOKS: Dict[str, Callable[[float], Any]] = {
 
 def build_optimizer(cfg: OptimizerConfig, model, comm):
     """``create_multi_node_optimizer(actual, comm, ...)`` set up on ``model``, hooks added."""
-    import mnframe
+    from mnframe.optimizers.multi_node import create_multi_node_optimizer  # imports mpi4py.MPI
 
     actual = import_target(cfg.target or OPTIMIZERS[cfg.name])(**optimizer_kwargs(cfg))
-    optimizer = mnframe.create_multi_node_optimizer(
+    optimizer = create_multi_node_optimizer(
         actual,
         comm,
         double_buffering=cfg.double_buffering,

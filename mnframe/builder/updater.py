@@ -8,7 +8,7 @@ without asking the config for it.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, NamedTuple
 
 from mnframe._import_path import resolve as import_target
 from mnframe._targets import call_target, check_target
@@ -16,20 +16,29 @@ from mnframe.config.errors import ConfigIssue
 from mnframe.config.schema import UpdaterConfig
 
 
-def _optimizer(train_iter, optimizers, device):
+class Built(NamedTuple):
+    """What the steps before built, that an updater's arguments are taken from."""
+
+    train_iter: Any
+    optimizers: Dict[str, Any]  # name -> optimizer
+    device: Any
+
+
+def _optimizer(built: Built):
     """One optimizer is passed as is; several as ``{name: optimizer}``."""
+    optimizers = built.optimizers
     return optimizers["main"] if list(optimizers) == ["main"] else dict(optimizers)
 
 
-# argument name -> its value from (train_iter, {name: optimizer}, device); an
-# updater gets those its signature accepts. ``models`` goes to an updater that
-# names it, and with several models to one that takes **kwargs too (as a GAN
-# updater expects); a single model's **kwargs updater is not handed it.
-PROVIDED: Dict[str, Callable[[Any, Dict[str, Any], Any], Any]] = {
-    "iterator": lambda train_iter, optimizers, device: train_iter,
+# argument name -> its value from what was built; an updater gets those its
+# signature accepts. ``models`` goes to an updater that names it, and with
+# several models to one that takes **kwargs too (as a GAN updater expects); a
+# single model's **kwargs updater is not handed it.
+PROVIDED: Dict[str, Callable[[Built], Any]] = {
+    "iterator": lambda built: built.train_iter,
     "optimizer": _optimizer,
-    "device": lambda train_iter, optimizers, device: device,
-    "models": lambda train_iter, optimizers, device: tuple(opt.target for opt in optimizers.values()),
+    "device": lambda built: built.device,
+    "models": lambda built: tuple(opt.target for opt in built.optimizers.values()),
 }
 
 
@@ -55,7 +64,8 @@ def build_updater(cfg: UpdaterConfig, train_iter, optimizers: Dict[str, Any], de
             device=device,
             **cfg.kwargs,
         )
-    provided = {name: value(train_iter, optimizers, device) for name, value in PROVIDED.items()}
+    built = Built(train_iter, optimizers, device)
+    provided = {name: value(built) for name, value in PROVIDED.items()}
     if len(optimizers) == 1 and "models" not in _parameters(cfg.target):
         del provided["models"]
     return call_target(cfg.target, cfg.kwargs, **provided)

@@ -4,13 +4,23 @@ import os
 
 from mnframe.checkpoint.extension import CheckpointExtension
 from mnframe.checkpoint.layout import make_layout
-from mnframe.checkpoint.resume import resume
+from mnframe.checkpoint.resume import resume as resume_checkpoint
 from mnframe.checkpoint.store import CheckpointStore
-from mnframe.config.checkpoint import CheckpointConfig
+from mnframe.config.checkpoint import CheckpointConfig, ResumeMode
 from mnframe.runtime import watchdog
 
 
-def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None, on_nonfinite="stop", topology=None):
+def attach(
+    trainer,
+    cfg_section,
+    run_dir,
+    comm,
+    config_hash=None,
+    config=None,
+    on_nonfinite="stop",
+    topology=None,
+    resume: ResumeMode = "auto",
+):
     """Install checkpointing on ``trainer`` and resume it if a checkpoint applies (collective).
 
     Call it after every other extension has been added (their states are
@@ -21,9 +31,10 @@ def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None, o
     (``trainer.on_nonfinite``; see divergence.py), ``ignore`` does not look.
     ``topology`` (the topology section, a model or dict; default: ``config['topology']``,
     else data parallel) gives the layout recorded in each manifest (mnframe.checkpoint.layout),
-    so ``comm`` must be the world communicator. Returns the CheckpointExtension; its
-    ``resumed_from`` names the checkpoint loaded (None for a fresh start) and ``preempted``
-    says whether the run stopped for a preemption signal.
+    so ``comm`` must be the world communicator. ``resume``: ``auto`` (the newest good
+    checkpoint if any), ``must`` (fail, status 2, if none) or ``never`` (start fresh).
+    Returns the CheckpointExtension; its ``resumed_from`` names the checkpoint loaded (None
+    for a fresh start) and ``preempted`` says whether the run stopped for a preemption signal.
     """
     cfg = (
         cfg_section if isinstance(cfg_section, CheckpointConfig) else CheckpointConfig.model_validate(cfg_section or {})
@@ -46,5 +57,5 @@ def attach(trainer, cfg_section, run_dir, comm, config_hash=None, config=None, o
     )
     ext.bind(trainer)
     trainer.extend(ext, name=ext.name, trigger=ext.trigger, priority=ext.priority)
-    ext.resumed_from = resume(trainer, store, cfg, config_hash=config_hash, config=config)
+    ext.resumed_from = resume_checkpoint(trainer, store, cfg, resume, config_hash=config_hash, config=config)
     return ext

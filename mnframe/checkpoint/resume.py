@@ -7,6 +7,7 @@ import sys
 from mnframe.checkpoint import config_diff, reshard, signing
 from mnframe.checkpoint.layout import make_layout
 from mnframe.checkpoint.trainer_io import load_trainer
+from mnframe.communicators.verdict import distinct
 from mnframe.datasets import shuffle_seeds
 from mnframe.runtime.errors import ConfigError
 from mnframe.utils import collectives
@@ -43,16 +44,15 @@ def check_config(comm, manifest, name, config_hash, config, allow_unsafe):
 
 def check_signature(comm, manifest, secret, where):
     """Refuse (UnsafeFile, status 2, on every rank) a checkpoint whose signature does not verify."""
-    problems = collectives.allgather_obj(comm, signing.problem(manifest, secret, where), name="checkpoint.signature")
-    refused = list(dict.fromkeys(p for p in problems if p))
-    if refused:
-        raise UnsafeFile("; ".join(refused))
+    problem = signing.problem(manifest, secret, where)
+    collectives.share_verdict(comm, problem, "checkpoint.signature", UnsafeFile, distinct)
 
 
-def resume(trainer, store, cfg, config_hash=None, config=None):
-    """Load the checkpoint chosen by ``cfg`` (resume/load/verify) into ``trainer``; return its name or None."""
+def resume(trainer, store, cfg, mode="auto", config_hash=None, config=None):
+    """Load the checkpoint chosen by ``mode`` (auto/must/never) and ``cfg`` (load/verify)
+    into ``trainer``; return its name or None."""
     secret = signing.key()
-    chosen = store.select(cfg.resume, cfg.load, cfg.verify or secret is not None)  # a signature covers hashes
+    chosen = store.select(mode, cfg.load, cfg.verify or secret is not None)  # a signature covers hashes
     if chosen is None:
         return None
     name, manifest = chosen

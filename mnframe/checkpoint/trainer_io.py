@@ -15,6 +15,7 @@ import os
 
 from mnframe.checkpoint.layout import rank_file
 from mnframe.checkpoint.manifest import outside_problem
+from mnframe.communicators.verdict import distinct
 from mnframe.runtime.errors import ResumeFailed
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_path
@@ -62,13 +63,14 @@ def load_trainer(directory, manifest, trainer, comm, source=None):
         unsafe = str(exc)
     except Exception as exc:
         err = f"rank {comm.rank} could not load {path}: {type(exc).__name__}: {exc}"
-    verdicts = collectives.allgather_obj(comm, (unsafe, err), name="checkpoint.allgather_obj")
-    refused = list(dict.fromkeys(u for u, _ in verdicts if u))
-    if refused:  # the same one line on every rank; nothing from the file ran
-        raise UnsafeFile("; ".join(refused))
-    errors = [e for _, e in verdicts if e]
-    if errors:
-        raise ResumeFailed(
-            "could not load the checkpoint (did the model, optimizer or extensions change?): " + "; ".join(errors)
-        )
+    # the same one line on every rank; an unsafe file first (nothing from it ran)
+    collectives.share_verdict(comm, unsafe, "checkpoint.safe_load", UnsafeFile, distinct)
+    collectives.share_verdict(comm, err, "checkpoint.load", ResumeFailed, _resume_failed)
     return resharded
+
+
+def _resume_failed(f) -> str:
+    """The ``verdict`` wording of a failed load: every rank's error."""
+    return "could not load the checkpoint (did the model, optimizer or extensions change?): " + "; ".join(
+        e for _, e in f.bad
+    )

@@ -7,12 +7,11 @@ runner's ``communicator`` config group is generated from ``COMMUNICATORS``
 and ``cpu_ok`` without starting MPI. Adding a name is one row here plus its
 module.
 
-``default_name()`` (this process's view, without MPI; ``create_communicator()``
-with no name uses ``factory.default_name``, which also falls back to
-``non_cuda_aware`` when ranks share a GPU):
-``pure_nccl`` when CuPy with CUDA devices and NCCL is importable, otherwise
-``two_dimensional``, the fastest CPU strategy here (a single fused
-shared-memory pass on one node; slice-wise allreduce across nodes).
+``create_communicator()`` with no name picks ``factory.default_name`` (every
+rank's view: ``GPU_DEFAULT``, pure_nccl, with CUDA, NCCL and a GPU per rank;
+non_cuda_aware when ranks share a GPU or NCCL is missing; else
+``CPU_DEFAULT``, two_dimensional, the fastest CPU strategy here: a single
+fused shared-memory pass on one node, slice-wise allreduce across nodes).
 The runner's ``communicator=auto`` (its default) goes by the training device
 instead (``name_for_device``), so a CPU run on a GPU machine still averages
 NumPy gradients.
@@ -139,11 +138,6 @@ def cuda_problem(needs_nccl=False):
     if needs_nccl and info.nccl_problem is not None:
         return info.nccl_problem
     return None
-
-
-def default_name():
-    """The best communicator available here: pure_nccl on GPUs with NCCL, else two_dimensional."""
-    return GPU_DEFAULT if cuda_problem(needs_nccl=True) is None else CPU_DEFAULT
 
 
 AUTO = "auto"

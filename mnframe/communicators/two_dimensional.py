@@ -5,7 +5,7 @@ segments of all node ranks (scaled by 1/size in the same pass), allreduces its
 slice with the ranks that own the same slice on the other nodes, and writes the
 result into every node segment. On one node the three steps fuse into a single
 pass: read every segment's slice once, write it once (``host_kernels.mean_into``).
-This is the default CPU communicator (see registry.default_name).
+This is the default CPU communicator (registry.CPU_DEFAULT, see factory.default_name).
 
 A rank's own slice is normally not packed: it reads its own gradients straight from
 the parameters (only the parts its peers reduce are copied into its segment),

@@ -5,17 +5,19 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# How a job resumes: auto = the newest good checkpoint if any; must = fail (status 2) if none;
+# never = start fresh. The runner's top-level ``resume`` key; ``attach(..., resume=...)``.
+ResumeMode = Literal["auto", "must", "never"]
+
 
 class CheckpointConfig(BaseModel):
-    """When to write checkpoints, how many to keep, and how to resume."""
+    """When to write checkpoints, how many to keep, and which one to resume from
+    (whether to resume is ``attach``'s ``resume``: the runner's top-level ``resume``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     interval: int = Field(1000, gt=0, description="write a checkpoint every N iterations")
     keep: int = Field(3, gt=0, description="number of complete checkpoints kept (oldest removed)")
-    resume: Literal["auto", "must", "never"] = Field(
-        "auto", description="auto: newest good checkpoint if any; must: fail if none; never: start fresh"
-    )
     load: Optional[str] = Field(
         None, description="resume from exactly this checkpoint (e.g. iter_00000010); fail if it is bad"
     )

@@ -444,11 +444,18 @@ def run_dir_error(exc: BaseException, run_dir: Optional[str] = None) -> ConfigEr
     )
 
 
+# Sweepers that record a job that failed as a result of the sweep (Optuna: a failed trial)
+# and go on: a job's ConfigError that such a sweeper saw is not raised again at the end.
+# Any other sweep (Hydra's basic sweeper) ends with its first failed job's error.
+RECORDING_SWEEPERS = ("hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper",)
+
+
 def run_hydra(
     argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str = "mnframe", validate: Optional[Validator] = None
 ) -> None:
-    """Hydra's command line over ``argv``; ``task`` runs once per composed job
-    (``validate``: see ``Validator``)."""
+    """Hydra's command line over ``argv``; ``task`` runs once per composed job (``validate``:
+    see ``Validator``). A job's ConfigError is returned to Hydra (it was reported already)
+    and raised at the end, unless the sweeper recorded it (``RECORDING_SWEEPERS``)."""
     import hydra
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
@@ -457,7 +464,7 @@ def run_hydra(
 
     config_dirs = config_dirs_from_argv(argv)
     register_groups(config_dirs)
-    in_task, task_errors = [], []
+    in_task, task_errors, recorded = [], [], []  # recorded: the sweeper keeps failed jobs as results
 
     def _job(cfg) -> Any:
         in_task.append(True)
@@ -480,6 +487,8 @@ def run_hydra(
             "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task),
         }
         sweep = hydra_cfg.mode == RunMode.MULTIRUN
+        if sweep and not recorded:
+            recorded.append(hydra_cfg.sweeper.get("_target_") in RECORDING_SWEEPERS)
         return task(
             ComposedJob(
                 config=config,
@@ -499,7 +508,7 @@ def run_hydra(
     try:
         main()
         failed = [e for e in task_errors if isinstance(e, ConfigError)]
-        if failed:  # the first failed job's error, as Hydra raises it at the end of a sweep
+        if failed and recorded != [True]:  # the first failed job's error, as Hydra raises it at the end of a sweep
             raise failed[0]
     except Exception as exc:
         if isinstance(exc, _composition_errors()) and not in_task:

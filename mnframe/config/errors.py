@@ -24,6 +24,10 @@ class ConfigIssues(ConfigError):
         self.issues = list(issues)
 
 
+# a key written where it does not belong -> where it is chosen instead
+MOVED_KEYS = {"checkpoint.resume": "resume is chosen at the top level: resume=auto|must|never"}
+
+
 def unknown_key_issue(
     path: str,
     key: str,
@@ -44,6 +48,8 @@ def unknown_key_issue(
             f"another {group} option?); build the section from nothing in your recipe "
             f"(`- override /{group}: null` in its defaults) or from an option of kind {kind!r}"
         )
+    elif path in MOVED_KEYS:
+        message += f" ({MOVED_KEYS[path]})"
     elif extra_hint:
         message += f" {extra_hint}"
     hint = suggest(key, allowed)

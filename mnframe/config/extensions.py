@@ -17,14 +17,12 @@ from __future__ import annotations
 import importlib.util
 from typing import Annotated, Any, ClassVar, Dict, List, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt
 from typing_extensions import override
 
 from mnframe._targets import call_target, check_target
 from mnframe.config.errors import ConfigIssue, join_path
-
-PositiveInt = Annotated[int, Field(gt=0)]
-Unit = Literal["epoch", "iteration"]
+from mnframe.config.fields import Unit
 
 
 class ExtensionBase(BaseModel):
@@ -72,10 +70,10 @@ class EvaluatorExt(ExtensionBase):
     def build(self, ctx):
         from chainer.training import extensions
 
-        import mnframe
+        from mnframe.extensions.evaluator import create_multi_node_evaluator
 
         evaluator = extensions.Evaluator(ctx.test_iter, ctx.model, device=ctx.device)
-        return mnframe.create_multi_node_evaluator(evaluator, ctx.data_comm)
+        return create_multi_node_evaluator(evaluator, ctx.data_comm)
 
     @override
     def report_name(self, name):
@@ -191,27 +189,20 @@ class TensorBoardExt(ExtensionBase):
 
     @override
     def issues(self, path, entries):
-        out = []
-        if importlib.util.find_spec("tensorboardX") is None:
-            out.append(
-                ConfigIssue(
-                    path,
-                    "needs the tensorboardX package, which is not installed",
-                    allowed="pip install 'mnframe[tensorboard]' (or tensorboardX), or logger=none",
-                )
-            )
-        source = entries.get(self.log_report)
-        if not isinstance(source, LogReportExt) or not source.enabled:
-            reports = sorted(n for n, e in entries.items() if isinstance(e, LogReportExt) and e.enabled)
-            out.append(
-                ConfigIssue(
-                    join_path(path, "log_report"),
-                    "writes what a log_report extension logs, and there is no enabled one by that name",
-                    value=self.log_report,
-                    allowed=", ".join(reports) or "enable or add one: extensions.log_report",
-                )
-            )
-        return out
+        _require_package(path, "tensorboard", "tensorboardX")
+        return _log_report_issues(self, path, entries)
+
+
+def _require_package(path, logger, module):
+    """A logger whose package is missing is an environment problem (DependencyError, exit 3),
+    not a configuration error: one line naming the package and the extra to install."""
+    if importlib.util.find_spec(module) is None:
+        from mnframe.runtime.errors import DependencyError
+
+        raise DependencyError(
+            f"{path} (logger={logger}) needs the {module} package, which is not installed; "
+            f"fix: pip install 'mnframe[{logger}]' (or {module}), or logger=none"
+        )
 
 
 def _log_report_issues(self, path, entries) -> List[ConfigIssue]:
@@ -272,7 +263,7 @@ class MlflowExt(ExtensionBase):
     def build(self, ctx):
         from mnframe.extensions.mlflow_report import MLflowReport
 
-        config = getattr(ctx, "config", None) or {}
+        config = ctx.config or {}
         return MLflowReport(
             log_report=self.log_report,
             tracking_uri=self.tracking_uri,
@@ -283,14 +274,7 @@ class MlflowExt(ExtensionBase):
 
     @override
     def issues(self, path, entries):
-        if importlib.util.find_spec("mlflow") is None:
-            from mnframe.runtime.errors import DependencyError
-
-            # an environment problem (exit 3), not a configuration error
-            raise DependencyError(
-                f"{path} (logger=mlflow) needs the mlflow package, which is not installed; "
-                f"fix: pip install 'mnframe[mlflow]' (or mlflow), or logger=none"
-            )
+        _require_package(path, "mlflow", "mlflow")
         return _log_report_issues(self, path, entries)
 
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, List, Literal, Optional, Tuple, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-PositiveInt = Annotated[int, Field(gt=0)]
-Unit = Literal["epoch", "iteration"]
+from mnframe.config.fields import Unit
 
 
 class _Schedule(BaseModel):

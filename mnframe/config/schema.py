@@ -27,15 +27,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PositiveInt, Tag, field_validator
 
-from mnframe.config.checkpoint import CheckpointConfig
+from mnframe.config.checkpoint import CheckpointConfig, ResumeMode
 from mnframe.config.extensions import Extensions
+from mnframe.config.fields import Unit
 from mnframe.config.schedules import LrSchedule
 from mnframe.config.tune import TuneConfig
-
-PositiveInt = Annotated[int, Field(gt=0)]
-Unit = Literal["epoch", "iteration"]
 
 
 class Strict(BaseModel):
@@ -280,7 +278,7 @@ class RunConfig(Strict):
 
     name: str = Field(min_length=1)
     seed: int = 0
-    resume: Literal["auto", "must", "never"] = "auto"
+    resume: ResumeMode = "auto"
     communicator: CommunicatorConfig
     optimizer: OptimizerConfig
     dataset: DatasetConfig

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from pydantic import BaseModel, Tag, TypeAdapter, ValidationError
 
+from mnframe import cuda_env
 from mnframe.config import schema
 from mnframe.config.errors import ConfigIssue, join_path, raise_issues, suggest, unknown_key_issue
 from mnframe.config.topology import check_graph
@@ -258,15 +259,6 @@ def read_sections(raw: Dict[str, Any], has_cuda: bool) -> Tuple[Dict[str, Any], 
         raise_issues([ConfigIssue("", "the config must be a mapping", value=raw)])
     raw = resolve_auto_communicator(raw, has_cuda)
     issues: List[ConfigIssue] = list(_missing_values(raw))
-    if isinstance(raw.get("checkpoint"), dict) and "resume" in raw["checkpoint"]:
-        issues.append(
-            ConfigIssue(
-                "checkpoint.resume",
-                "resume is chosen at the top level",
-                value=raw["checkpoint"]["resume"],
-                allowed="resume=auto|must|never",
-            )
-        )
     sections: Dict[str, Any] = {}
     fields = schema.RunConfig.model_fields
     for key in raw:
@@ -299,9 +291,7 @@ def resolve_auto_communicator(raw: Dict[str, Any], has_cuda: bool) -> Dict[str, 
     if not (isinstance(comm, dict) and comm.get("name") == AUTO):
         return raw
     trainer = raw.get("trainer") if isinstance(raw.get("trainer"), dict) else {}
-    device = trainer.get("device", "cpu")
-    if device == "auto":
-        device = "gpu" if has_cuda else "cpu"
+    device = cuda_env.training_device(trainer.get("device", "cpu"), has_cuda)
     return {**raw, "communicator": {**comm, "name": name_for_device(device)}}
 
 
@@ -314,9 +304,7 @@ def device_issues(s: Dict[str, Any], has_cuda: bool) -> Tuple[str, List[ConfigIs
     device = s["trainer"].device if "trainer" in s else "cpu"
     if device == "gpu" and not has_cuda:
         issues.append(ConfigIssue("trainer.device", "no CUDA GPU (CuPy) found", value="gpu", allowed="cpu, auto"))
-    if device == "auto":
-        device = "gpu" if has_cuda else "cpu"
-    return device, issues
+    return cuda_env.training_device(device, has_cuda), issues
 
 
 def topology_issues(topo: Any, world_size: Optional[int]) -> Tuple[Optional[int], List[ConfigIssue]]:

@@ -9,6 +9,8 @@ module imports nothing of mnframe, so the two do not import each other.
 
 import warnings
 
+from mnframe._mpi_comm import mpi_comm_of
+
 
 def get_n_iterations_for_one_epoch(dataset, local_batch_size, comm):
     """Iterations rank 0 needs to see its shard once, broadcast to every rank."""
@@ -17,7 +19,7 @@ def get_n_iterations_for_one_epoch(dataset, local_batch_size, comm):
         DeprecationWarning,
         stacklevel=2,
     )
-    mpi = getattr(comm, "mpi_comm", comm)  # a mnframe/ChainerMN communicator or a raw mpi4py one
+    mpi = mpi_comm_of(comm)
     n = -(-len(dataset) // local_batch_size) if mpi.rank == 0 else None
     return mpi.bcast(n, root=0)
 

@@ -18,17 +18,13 @@ every rank instead of leaving the others waiting.
 import chainer
 import numpy as np
 
+from mnframe._mpi_comm import mpi_comm_of
 from mnframe.datasets import partition, shuffle_seeds, transport
 from mnframe.runtime import oplog
 
 
 class DataSizeError(RuntimeError):
     """A size limit of the scatter was hit (chunk size over the MPI count limit, ...)."""
-
-
-def _mpi_comm(comm):
-    """Accept a mnframe/ChainerMN communicator or a raw mpi4py communicator."""
-    return getattr(comm, "mpi_comm", comm)
 
 
 # ---- layouts: how one kind of dataset is described, cut and moved -------------------------
@@ -176,7 +172,7 @@ def scatter_dataset(
     root gets the same, except that a shuffled array dataset gives it a
     zero-copy ``SubDataset`` view of its part.
     """
-    mpi = _mpi_comm(comm)
+    mpi = mpi_comm_of(comm)
     if not 0 <= root < mpi.size:
         raise ValueError(f"scatter_dataset: root={root} is not a rank of a communicator of size {mpi.size}")
     if mpi.rank == root:
@@ -247,7 +243,7 @@ def scatter_index(n_total_samples, comm, root=0, *, force_equal_length=True):
     The partition of ``scatter_dataset`` without moving any data, for ranks
     that can all read the dataset themselves.
     """
-    mpi = _mpi_comm(comm)
+    mpi = mpi_comm_of(comm)
     if not 0 <= root < mpi.size:
         raise ValueError(f"scatter_index: root={root} is not a rank of a communicator of size {mpi.size}")
     ranges = None

@@ -18,6 +18,7 @@ import weakref
 
 import numpy as np
 
+from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import oplog
 
 _scattered = []  # _Scatter per shuffled scatter_dataset call of this process, in call order
@@ -62,9 +63,7 @@ def restore(comm):
     saved, _loaded["seeds"] = _loaded["seeds"], None
     if saved is None:
         return []
-    while not hasattr(comm, "Get_rank"):  # a mnframe communicator or checkpoint ObjComm -> mpi4py's
-        comm = getattr(comm, "mpi_comm", None) or comm.comm
-    mpi = comm
+    mpi = mpi_comm_of(comm)
     notes = []
     for k, (n_then, seed_then) in enumerate(saved.tolist()):
         if k >= len(_scattered):

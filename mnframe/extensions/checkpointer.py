@@ -31,6 +31,7 @@ import zipfile
 
 from chainer.training import extension
 
+from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import activation, preemption
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_path
@@ -121,7 +122,7 @@ class MultiNodeCheckpointer(extension.Extension):
                 raise ValueError(f"{arg} must be a positive int, got {value!r}")
         self.name = name
         self.comm = comm
-        self.rank = collectives.mpi_comm_of(comm).Get_rank()
+        self.rank = mpi_comm_of(comm).Get_rank()
         self.cp_interval = cp_interval
         self.gc_interval = gc_interval
         self.path = path

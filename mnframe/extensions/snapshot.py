@@ -26,6 +26,7 @@ import sys
 from chainer.serializers import npz as chainer_npz
 from chainer.training import extension
 
+from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import activation, preemption
 from mnframe.utils import collectives
 from mnframe.utils.npz import save_npz
@@ -94,7 +95,7 @@ class MultiNodeSnapshot(extension.Extension):
         if snapshot is None:
             raise ValueError("multi_node_snapshot needs a snapshot extension, got None")
         self.comm = comm
-        mpi_comm = collectives.mpi_comm_of(comm)
+        mpi_comm = mpi_comm_of(comm)
         self.rank = mpi_comm.Get_rank()
         sets = parse_replica_sets(replica_sets, mpi_comm.Get_size())
         self.replica_set = next(s for s in sets if self.rank in s)

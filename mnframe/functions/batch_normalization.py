@@ -12,6 +12,7 @@ returns mnframe's statistics exchange for that backend (``_MpiExchange``,
 import numpy
 from chainer import backend
 
+from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import oplog
 from mnframe.utils import collectives
 
@@ -106,7 +107,7 @@ class _NcclExchange:
             else:  # checks on every rank together that NCCL loads and no two ranks share a GPU
                 from mnframe.communicators.nccl_ops import NcclGroup
 
-                self._group = NcclGroup(collectives.mpi_comm_of(self.comm), "mnbn")
+                self._group = NcclGroup(mpi_comm_of(self.comm), "mnbn")
                 self._nccl_comm = self._group.comm
                 register = getattr(self.comm, "close_on_finalize", None)
                 if register is not None:

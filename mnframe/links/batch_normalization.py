@@ -31,6 +31,7 @@ from chainer import backend, configuration, function_node
 from chainer.links import BatchNormalization
 from chainer.utils import argument
 
+from mnframe._mpi_comm import mpi_comm_of
 from mnframe.functions.batch_normalization import _MpiExchange, _NcclExchange
 from mnframe.utils import collectives
 
@@ -94,7 +95,7 @@ def _auto_choice(seen):
 
 
 def _log_choice(comm, backend_name, reason):
-    if collectives.mpi_comm_of(comm).rank != 0 or (backend_name, reason) in _LOGGED:
+    if mpi_comm_of(comm).rank != 0 or (backend_name, reason) in _LOGGED:
         return
     _LOGGED.add((backend_name, reason))
     log.info("MultiNodeBatchNormalization(communication_backend='auto'): %s (%s)", backend_name, reason)

@@ -12,6 +12,7 @@ rank: the watchdog's start is collective).
 import os
 import sys
 
+from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import guard, settings, watchdog
 
 ENV_NO_GUARD = "MNFRAME_NO_GUARD"
@@ -41,7 +42,7 @@ def on_communicator_created(comm):
     Collective over ``comm.mpi_comm`` the first time (it duplicates it); a no-op
     afterwards and when ``MNFRAME_NO_GUARD=1``.
     """
-    mpi_comm = getattr(comm, "mpi_comm", comm)
+    mpi_comm = mpi_comm_of(comm)
     if not _done["validated"]:
         # The guard first, so that a bad setting ends the job with status 2 (message
         # once, every rank) rather than a traceback per rank.

@@ -20,9 +20,22 @@ class ExitStatus(enum.IntEnum):
 
 
 class MnframeRuntimeError(RuntimeError):
-    """Base class of mnframe's process-level errors."""
+    """Base class of mnframe's process-level errors.
+
+    ``agreed``: True on an error raised on every rank with the same message after the
+    ranks shared their verdict; set only by ``agreed()`` below."""
 
     exit_status = ExitStatus.ERROR
+    agreed = False
+
+
+def agreed(exc):
+    """Mark ``exc`` as raised on every rank, with the same message, after the ranks shared
+    their verdict (``utils.collectives.share_verdict``, or an every-rank end such as
+    ``EveryRankError``): the guard then waits for the others as long as a collective
+    would (``guard.agree_timeout``) before it gives up on them. Returns ``exc``."""
+    exc.agreed = True
+    return exc
 
 
 class ConfigError(MnframeRuntimeError, ValueError):
@@ -63,17 +76,21 @@ class CollectiveMismatch(MnframeRuntimeError):
 class EveryRankError(MnframeRuntimeError):
     """A clean end that every rank reached together, with the same message: printed once
     (rank 0) as ``mnframe: <label>: <message>``, no traceback; the ranks exit with
-    ``exit_status`` (the guard treats it like a ConfigError). ``agreed``: raised only after a
-    shared verdict, so the guard waits for the others as long as a collective would."""
+    ``exit_status`` (the guard treats it like a ConfigError). Raised only after a shared
+    verdict, so every instance is ``agreed``: the guard waits for the others as long as a
+    collective would."""
 
-    agreed = True
     label = None
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        agreed(self)
 
 
 class SaveError(CheckpointError, EveryRankError):
     """A checkpoint or the trained model could not be written (a full disk, any OSError).
 
-    Raised on every rank after the ranks shared their verdicts (``agreed``): the guard
+    Raised on every rank after the ranks shared their verdicts (agreed): the guard
     prints the message once, without a traceback, and every rank exits 1 together. The
     message names the path, the bytes needed and the error; the previous checkpoint is kept.
     """

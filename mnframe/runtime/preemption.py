@@ -27,6 +27,7 @@ import time
 
 import numpy
 
+from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import oplog
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -113,7 +114,7 @@ def agree(comm, extra=()):
     """
     from mpi4py import MPI
 
-    mpi_comm = getattr(comm, "mpi_comm", comm)
+    mpi_comm = mpi_comm_of(comm)
     local = numpy.array([1 if _flag.is_set() else 0, 1 if _interrupt.is_set() else 0, *extra], dtype=numpy.int64)
     total = local.copy()
     if mpi_comm.Get_size() > 1:  # called every iteration: skip the collective where it decides nothing

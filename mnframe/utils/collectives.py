@@ -12,10 +12,10 @@ and name the operation a stuck rank is in.
 
 import numpy
 
+from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import oplog
 
 __all__ = [
-    "mpi_comm_of",
     "allreduce_sum",
     "allgather_array",
     "allgather_obj",
@@ -25,19 +25,6 @@ __all__ = [
     "all_agree",
     "share_verdict",
 ]
-
-
-def mpi_comm_of(comm):
-    """The mpi4py communicator behind a mnframe communicator (or ``comm`` itself)."""
-    mpi_comm = getattr(comm, "mpi_comm", None)
-    if mpi_comm is not None:
-        return mpi_comm
-    if hasattr(comm, "Allreduce") and hasattr(comm, "Get_rank"):
-        return comm  # already an mpi4py communicator
-    raise TypeError(
-        f"expected a mnframe communicator (with .mpi_comm) or an mpi4py Comm, "
-        f"got {type(comm).__name__}; create one with mnframe.create_communicator()"
-    )
 
 
 def allreduce_sum(comm, array, name="allreduce"):
@@ -99,10 +86,12 @@ def all_agree(comm, ok, name="agree"):
     return int(allreduce_sum(comm, flag, name=name)[0]) == 0
 
 
-def share_verdict(comm, error, what, exc_type=RuntimeError):
+def share_verdict(comm, error, what, exc_type=RuntimeError, wording=None):
     """Share this rank's ``error`` (None: fine, or a message); every rank raises the same
-    ``exc_type`` if any rank has one (``communicators.verdict.raise_if_any``), so no
-    rank goes on into a collective the others have abandoned."""
-    from mnframe.communicators.verdict import raise_if_any
+    ``exc_type``, marked ``agreed``, if any rank has one (``communicators.verdict.raise_if_any``),
+    so no rank goes on into a collective the others have abandoned. ``wording``: how the
+    message reads (``verdict.each_rank``: one line per rank at fault; ``first``, ``distinct``, ...)."""
+    from mnframe.communicators import verdict
 
-    raise_if_any(allgather_obj(comm, error, name=f"verdict:{what}"), what, exc_type)
+    errors = allgather_obj(comm, error, name=f"verdict:{what}")
+    verdict.raise_if_any(errors, what, exc_type, wording or verdict.each_rank)

@@ -47,7 +47,8 @@ def chunking(request, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [1, 2, 1001, 70_001])
-def test_exchange_is_the_rank_order_sum_on_every_rank(chunking, dtype, n):
+@pytest.mark.usefixtures("chunking")
+def test_exchange_is_the_rank_order_sum_on_every_rank(dtype, n):
     arr = _data(world.rank, n, dtype)
     seen = []
 
@@ -71,7 +72,8 @@ def test_exchange_is_the_rank_order_sum_on_every_rank(chunking, dtype, n):
 
 
 @pytest.mark.parametrize("n", [3, 70_001])
-def test_float16_wire_is_the_float32_sum_of_rounded_parts(chunking, n):
+@pytest.mark.usefixtures("chunking")
+def test_float16_wire_is_the_float32_sum_of_rounded_parts(n):
     arr = _data(world.rank, n, np.float32)
     wire_allreduce.allreduce_float32_as_half(world, arr)
     want = _half_wire_sum(n)
@@ -84,7 +86,8 @@ def test_float16_wire_is_the_float32_sum_of_rounded_parts(chunking, n):
     assert np.linalg.norm(arr - exact) / np.linalg.norm(exact) < 1e-3
 
 
-def test_prepare_writes_the_contribution(chunking):
+@pytest.mark.usefixtures("chunking")
+def test_prepare_writes_the_contribution():
     """The contribution written by ``prepare`` chunk by chunk is what gets summed."""
     n = 5000
     arr = np.zeros(n, np.float32)

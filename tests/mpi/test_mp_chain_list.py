@@ -216,11 +216,7 @@ def test_pipeline_over_all_ranks_trains_like_one_process(comm):
     rank share batches (multi-node iterator), the middle ones use empty datasets.
     After K steps each stage's parameters equal the unsplit MLP's."""
     from mnframe.datasets import create_empty_dataset
-
-    try:
-        from mnframe.iterators import create_multi_node_iterator as create_iter
-    except (ImportError, AttributeError):  # another area's module, maybe not written yet
-        create_iter = None
+    from mnframe.iterators import create_multi_node_iterator
 
     K, B = 3, 4
     x, t = batch(n=K * B)
@@ -233,9 +229,8 @@ def test_pipeline_over_all_ranks_trains_like_one_process(comm):
     if 0 < r < n - 1:
         it = chainer.iterators.SerialIterator(create_empty_dataset(dataset), B, shuffle=False)
     else:
-        it = chainer.iterators.SerialIterator(dataset, B, shuffle=False)
-        if create_iter is not None:
-            it = create_iter(it, ends, rank_master=0)
+        plain = chainer.iterators.SerialIterator(dataset, B, shuffle=False)
+        it = create_multi_node_iterator(plain, ends, rank_master=0)
     opt = chainer.optimizers.SGD(lr=0.1).setup(model)
     updater = chainer.training.StandardUpdater(it, opt)
     chainer.training.Trainer(updater, (K, "iteration"), out="/tmp").run()
@@ -249,11 +244,6 @@ def test_pipeline_over_all_ranks_trains_like_one_process(comm):
     bounds = np.array_split(np.arange(3), n)
     for split, i in zip(stages[r].layers, bounds[r]):
         assert_params_equal(split, layers[i], f"rank {r} layer {i} ")
-    if create_iter is None:
-        pytest.skip(
-            "mnframe.iterators.create_multi_node_iterator not available yet "
-            "(ran with plain iterators over the same batches)"
-        )
 
 
 def test_ensemble_with_scattered_datasets_and_updater(comm):

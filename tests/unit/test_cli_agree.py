@@ -9,15 +9,20 @@ from mnframe.config.errors import ConfigError
 
 
 class FakeWorld:
-    """Rank 0 of 2; the other rank's (hash, error) is given."""
+    """Rank 0 of 2; what the other rank contributes to each exchange (by its name) is given."""
 
     rank, size = 0, 2
 
-    def __init__(self, other):
-        self.other = other
+    def __init__(self, digest, error=None):
+        self.other = {"verdict:config": error, "config.hash": digest}
 
-    def allgather(self, mine):
-        return [mine, self.other]
+
+@pytest.fixture(autouse=True)
+def two_ranks(monkeypatch):
+    """The exchanges of ``agree_on_config`` (``collectives.allgather_obj``) with the fake other rank."""
+    from mnframe.utils import collectives
+
+    monkeypatch.setattr(collectives, "allgather_obj", lambda world, obj, name: [obj, world.other[name]])
 
 
 @pytest.fixture(scope="module")
@@ -27,16 +32,17 @@ def yaml_text():
 
 def test_agreement_returns_the_typed_config(yaml_text):
     digest = C.config_hash(yaml_text)
-    cfg, config, h = cli.agree_on_config(FakeWorld((digest, None)), yaml_text, has_cuda=False)
+    cfg, config, h = cli.agree_on_config(FakeWorld(digest), yaml_text, has_cuda=False)
     assert cfg.name == "mnist" and h == digest and config["name"] == "mnist"
 
 
 def test_other_ranks_error_is_raised_here(yaml_text):
-    world = FakeWorld((C.config_hash(yaml_text), "invalid configuration: rank 1 has no GPU"))
-    with pytest.raises(ConfigError, match="rank 1 has no GPU"):
+    world = FakeWorld(C.config_hash(yaml_text), "invalid configuration: rank 1 has no GPU")
+    with pytest.raises(ConfigError, match="rank 1 has no GPU") as info:
         cli.agree_on_config(world, yaml_text, has_cuda=False)
+    assert str(info.value) == "invalid configuration: rank 1 has no GPU" and info.value.agreed
 
 
 def test_different_hashes_are_refused(yaml_text):
     with pytest.raises(ConfigError, match="different configurations"):
-        cli.agree_on_config(FakeWorld(("0" * 64, None)), yaml_text, has_cuda=False)
+        cli.agree_on_config(FakeWorld("0" * 64), yaml_text, has_cuda=False)

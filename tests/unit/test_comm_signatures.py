@@ -145,9 +145,25 @@ def test_gpu_name_without_cuda(name):
         create_communicator(name)
 
 
-def test_default_name():
-    expected = "pure_nccl" if registry.cuda_problem(needs_nccl=True) is None else "two_dimensional"
-    assert registry.default_name() == expected
+@pytest.mark.parametrize(
+    "problem,devices,nccl_problem,expected",
+    [
+        ("CuPy is not installed", 0, "not checked", "two_dimensional"),
+        (None, 1, None, "pure_nccl"),  # CUDA with NCCL, one GPU for the one rank
+        (None, 1, "CuPy cannot load NCCL", "non_cuda_aware"),
+    ],
+)
+def test_default_name_is_the_one_create_communicator_picks(monkeypatch, problem, devices, nccl_problem, expected):
+    """``factory.default_name`` is the only default: what ``create_communicator()`` creates."""
+    from mpi4py import MPI
+
+    from mnframe import cuda_env
+    from mnframe.communicators.factory import default_name
+
+    fake = cuda_env.CudaProbe(problem=problem, device_count=devices, nccl_problem=nccl_problem)
+    monkeypatch.setattr(cuda_env, "probe", lambda: fake)
+    assert default_name(MPI.COMM_SELF) == expected
+    assert not hasattr(registry, "default_name")
 
 
 def test_bad_grad_dtype():

@@ -133,14 +133,21 @@ def test_own_recipe_without_config_dir_gets_a_hint(tmp_path, monkeypatch):
     assert "--config-dir DIR" in str(info.value)
 
 
-def test_tensorboard_logger_without_tensorboardx_says_what_to_install(monkeypatch):
+@pytest.mark.parametrize("logger,module", [("tensorboard", "tensorboardX"), ("mlflow", "mlflow")])
+def test_logger_without_its_package_is_an_environment_problem(monkeypatch, logger, module):
+    """Both loggers alike: a missing optional package is exit 3 (DependencyError), naming the extra."""
     import sys
 
-    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # as if it were not installed
-    text = refused("logger=tensorboard")
-    assert "1 problem" in text
-    line = line_of(text, "extensions.tensorboard")
-    assert "tensorboardX" in line and "pip install 'mnframe[tensorboard]'" in line
+    from mnframe.runtime.errors import DependencyError, ExitStatus
+
+    monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
+    with pytest.raises(DependencyError) as info:
+        validate(C.compose([f"logger={logger}"]), 1)
+    assert info.value.exit_status == ExitStatus.ENVIRONMENT
+    assert str(info.value) == (
+        f"extensions.{logger} (logger={logger}) needs the {module} package, which is not installed; "
+        f"fix: pip install 'mnframe[{logger}]' (or {module}), or logger=none"
+    )
 
 
 def test_tensorboard_logger_needs_its_log_report():

@@ -142,10 +142,10 @@ def test_rng_state_roundtrip(tmp_path):
 
 
 def test_checkpoint_config_schema():
-    cfg = CheckpointConfig(interval=10, resume="must")
+    cfg = CheckpointConfig(interval=10, load="iter_00000010")
     assert cfg.keep == 3 and cfg.verify
-    with pytest.raises(ValidationError):
-        CheckpointConfig(resume="sometimes")
+    with pytest.raises(ValidationError):  # whether to resume is attach's resume=, the runner's top-level key
+        CheckpointConfig(resume="must")
     with pytest.raises(ValidationError):
         CheckpointConfig(intervall=10)
     with pytest.raises(ValidationError):

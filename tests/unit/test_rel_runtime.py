@@ -87,7 +87,7 @@ def test_no_guard_opt_out(monkeypatch):
     # Earlier tests in this process may have started a watchdog: start from none.
     monkeypatch.setitem(watchdog._active, "watchdog", None)
     monkeypatch.setenv(activation.ENV_NO_GUARD, "1")
-    rank0 = types.SimpleNamespace(Get_rank=lambda: 0)  # validation only asks the rank
+    rank0 = types.SimpleNamespace(Get_rank=lambda: 0, Allreduce=None)  # validation only asks the rank
     activation.on_communicator_created(rank0)  # would fail on a real start: nothing happens
     assert not activation.activated() and watchdog.current() is None
 
@@ -99,6 +99,9 @@ def test_preemption_agree_on_one_rank_needs_no_collective():
     from mnframe.runtime import preemption
 
     class NoCollectives:  # a one-rank communicator that fails on any collective
+        def Get_rank(self):
+            return 0
+
         def Get_size(self):
             return 1
 
