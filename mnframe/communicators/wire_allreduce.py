@@ -34,7 +34,10 @@ from mnframe.communicators.host_kernels import slice_bounds
 from mnframe.runtime import oplog
 
 PIECE = 1 << 28  # elements per round (512 MiB of float16)
-CHUNK_BYTES = 1 << 20  # bytes per peer message (8 ms at 1 Gbit/s, 0.8 ms at 10); chosen, not tuned by measurement
+# bytes per peer message (16 ms at 1 Gbit/s, 1.6 ms at 10). Measured at 1 Gbit/s on 2x2 and 3x1
+# simulated nodes (BENCHMARKS.md section 6): 1 MiB 1.12x/1.14x the bound, 2 MiB 1.09x/1.07x,
+# 4 MiB 1.08-1.10x, 16 MiB 1.10-1.14x; float16 best at 2 MiB (0.57x/0.55x of float32).
+CHUNK_BYTES = 2 << 20
 MIN_CHUNK = 1 << 16  # elements: smaller chunks cost more in per-message overhead than they overlap
 PROGRESS_ELEMENTS = 1 << 18  # a chunk is prepared (node mean, conversion) in pieces of this, MPI polled between
 _TAG = 0x4A1F
