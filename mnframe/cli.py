@@ -140,7 +140,7 @@ def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str
     try:
         cfg = validate(config, world.size, has_cuda=has_cuda)
     except ConfigError as exc:
-        error = str(exc)
+        error = str(exc) + _resumed_layout(exc, config, run_dir, world.size)
     if world.rank == 0:
         error = "\n".join(e for e in (error, run_dir_problem(run_dir)) if e) or None
     share_verdict(world, error, "config", ConfigError, first)  # the same config: one message
@@ -154,6 +154,27 @@ def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str
             )
         )
     return cfg, config, digest
+
+
+def _resumed_layout(exc: ConfigError, config, run_dir: Optional[str], world_size: int) -> str:
+    """For a rank graph that does not fit the world size: the layout of the checkpoint the job
+    would resume, so the message names the old layout beside the new world size."""
+    if not run_dir or not any(i.path.startswith("topology") for i in getattr(exc, "issues", ())):
+        return ""
+    from mnframe.checkpoint.inspect_cli import newest_layout
+
+    section = config.get("checkpoint") if isinstance(config, dict) else None
+    directory = section.get("dir") if isinstance(section, dict) and section.get("dir") else "checkpoints"
+    try:
+        old = newest_layout(run_dir, directory)
+    except OSError:
+        return ""
+    if old is None:
+        return ""
+    return (
+        f"\nThe run directory {run_dir} would resume from a checkpoint: {old}; "
+        f"{world_size} ranks were started (give it a world size both fit)."
+    )
 
 
 # -- the run directory's record --------------------------------------------------

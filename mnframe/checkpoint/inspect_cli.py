@@ -48,6 +48,19 @@ def checkpoint_root(run_dir):
     raise BadInput(f"{run_dir} is not a run directory: it has no config.yaml and no checkpoints/ directory")
 
 
+def newest_layout(run_dir, checkpoint_dir="checkpoints"):
+    """'iter_N was written by <layout>' for the newest readable checkpoint of ``run_dir``, or
+    None (no run directory or no checkpoint): what a refused world size is compared with."""
+    root = os.path.join(os.fspath(run_dir), checkpoint_dir) if run_dir else None
+    if not root or not os.path.isdir(root):
+        return None
+    for name in _entries(root, ())[0]:
+        manifest, _ = _read(root, name)
+        if manifest is not None:
+            return f"its newest checkpoint {name} was written by {layout_summary(manifest)}"
+    return None
+
+
 def _looks_like_root(path):
     return any(_NAME_RE.match(e) or _DAMAGED_RE.match(e) for e in os.listdir(path))
 
