@@ -140,7 +140,7 @@ def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str
     try:
         cfg = validate(config, world.size, has_cuda=has_cuda)
     except ConfigError as exc:
-        error = str(exc) + _resumed_layout(exc, config, run_dir, world.size)
+        error = _with_resumed_layout(exc, config, run_dir, world.size)
     if world.rank == 0:
         error = "\n".join(e for e in (error, run_dir_problem(run_dir)) if e) or None
     share_verdict(world, error, "config", ConfigError, first)  # the same config: one message
@@ -156,11 +156,12 @@ def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str
     return cfg, config, digest
 
 
-def _resumed_layout(exc: ConfigError, config, run_dir: Optional[str], world_size: int) -> str:
-    """For a rank graph that does not fit the world size: the layout of the checkpoint the job
-    would resume, so the message names the old layout beside the new world size."""
+def _with_resumed_layout(exc: ConfigError, config, run_dir: Optional[str], world_size: int) -> str:
+    """``exc``'s message; for a rank graph that does not fit the world size, with the layout of
+    the checkpoint the job would resume, so it names the old layout beside the new world size."""
+    text = str(exc)
     if not run_dir or not any(i.path.startswith("topology") for i in getattr(exc, "issues", ())):
-        return ""
+        return text
     from mnframe.checkpoint.inspect_cli import newest_layout
 
     section = config.get("checkpoint") if isinstance(config, dict) else None
@@ -168,13 +169,15 @@ def _resumed_layout(exc: ConfigError, config, run_dir: Optional[str], world_size
     try:
         old = newest_layout(run_dir, directory)
     except OSError:
-        return ""
+        old = None
     if old is None:
-        return ""
-    return (
-        f"\nThe run directory {run_dir} would resume from a checkpoint: {old}; "
-        f"{world_size} ranks were started (give it a world size both fit)."
+        return text
+    head, footer, tail = text.rpartition("\nFix the recipe")  # the note goes above the closing advice
+    note = (
+        f"\n  the run directory {run_dir} would resume from a checkpoint: {old}; "
+        f"{world_size} ranks were started (give it a world size both fit)"
     )
+    return head + note + footer + tail if footer else text + note
 
 
 # -- the run directory's record --------------------------------------------------
