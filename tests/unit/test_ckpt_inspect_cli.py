@@ -141,3 +141,24 @@ def test_the_command_starts_no_mpi_and_exits_2_in_one_line(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip().count("\n") == 0 and "no such directory" in result.stderr
+
+
+def test_a_world_size_the_graph_does_not_fit_names_the_layout_it_would_resume(run_dir, tmp_path):
+    """The configuration error for a rank graph that does not fit also names the newest
+    checkpoint's layout (issue 31: old and new layouts in one message), above the advice."""
+    from mnframe.cli import _with_resumed_layout
+    from mnframe.config.errors import ConfigIssue, ConfigIssues
+
+    assert inspect_cli.newest_layout(run_dir, "ckpts") == (
+        "its newest checkpoint iter_00000004 was written by data parallel, 1 rank"
+    )
+    assert inspect_cli.newest_layout(tmp_path / "nowhere") is None
+    graph = ConfigIssues([ConfigIssue("topology.ranks", "the world size 3 is not a multiple of ...")])
+    text = _with_resumed_layout(graph, {"checkpoint": {"dir": "ckpts"}}, str(run_dir), 3)
+    lines = text.splitlines()
+    assert lines[1].startswith("  topology.ranks:")
+    assert "iter_00000004 was written by data parallel, 1 rank; 3 ranks were started" in lines[2]
+    assert lines[3].startswith("Fix the recipe")
+    other = ConfigIssues([ConfigIssue("dataset.batch_size", "must be positive")])
+    assert _with_resumed_layout(other, {}, str(run_dir), 3) == str(other)
+    assert _with_resumed_layout(graph, {}, None, 3) == str(graph)
