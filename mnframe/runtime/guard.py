@@ -116,9 +116,9 @@ def agree_timeout(exc):
     if not getattr(exc, "agreed", False):
         return CONFIG_AGREE_TIMEOUT_S
     try:
-        from mnframe.runtime import watchdog
+        from mnframe.runtime.deadline import get_deadline
 
-        return watchdog.get_deadline()
+        return get_deadline()
     except Exception:  # a malformed setting must not hide this error
         return AGREED_TIMEOUT_S
 

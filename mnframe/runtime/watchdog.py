@@ -48,9 +48,10 @@ import time
 import traceback
 
 from mnframe.runtime import oplog, settings
+from mnframe.runtime.deadline import ENV_TIMEOUT, get_deadline
+from mnframe.runtime.deadline import set_deadline as set_deadline  # watchdog.set_deadline(), as documented
 from mnframe.runtime.errors import ExitStatus
 
-ENV_TIMEOUT = "MNFRAME_COLLECTIVE_TIMEOUT"
 ENV_RUN_DIR = "MNFRAME_RUN_DIR"
 ENV_EXIT_GRACE = "MNFRAME_EXIT_GRACE"
 ENV_EXIT_TIMEOUT = "MNFRAME_EXIT_TIMEOUT"
@@ -69,22 +70,8 @@ Dup Split Split_type Create Free Finalize""".split()
 _TAG_SUMMARY = 7001
 _TAG_EXIT = 7002
 
-_settings = {"deadline": None, "report_dir": None, "exit_grace": None, "exit_timeout": None}
+_settings = {"report_dir": None, "exit_grace": None, "exit_timeout": None}
 _active = {"watchdog": None}
-
-
-def set_deadline(seconds):
-    """Set the deadline (seconds) of every communication operation; None or 0 disables it."""
-    if seconds is not None and seconds < 0:
-        raise ValueError(f"deadline must be positive seconds (or None to disable), got {seconds}")
-    _settings["deadline"] = float(seconds) if seconds else 0.0
-
-
-def get_deadline():
-    """The deadline in seconds (0.0: disabled)."""
-    if _settings["deadline"] is None:
-        _settings["deadline"] = settings.parse(ENV_TIMEOUT)
-    return _settings["deadline"]
 
 
 def exit_grace():

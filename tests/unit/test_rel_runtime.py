@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from mnframe.runtime import debug, guard, watchdog
+from mnframe.runtime import deadline, debug, guard, watchdog
 from mnframe.runtime.errors import CollectiveTimeout, ConfigError, ExitStatus
 
 
@@ -30,14 +30,14 @@ def test_run_main_success_and_clean_exit(monkeypatch):
 
 
 def test_deadline_settings(monkeypatch):
-    monkeypatch.setitem(watchdog._settings, "deadline", None)
+    monkeypatch.setitem(deadline._state, "deadline", None)
     monkeypatch.setenv(watchdog.ENV_TIMEOUT, "7.5")
     assert watchdog.get_deadline() == 7.5
     watchdog.set_deadline(None)
     assert watchdog.get_deadline() == 0.0
     with pytest.raises(ValueError):
         watchdog.set_deadline(-1)
-    monkeypatch.setitem(watchdog._settings, "deadline", None)
+    monkeypatch.setitem(deadline._state, "deadline", None)
     monkeypatch.setenv(watchdog.ENV_TIMEOUT, "ten")
     with pytest.raises(ValueError, match="MNFRAME_COLLECTIVE_TIMEOUT"):
         watchdog.get_deadline()
