@@ -5,31 +5,11 @@ kept, no traceback (issue 31)."""
 from pathlib import Path
 
 from mnframe.testing import run_mpi
+from mnframe.testing.faults import full_disk_runner
 
 REPO = Path(__file__).resolve().parent.parent
 
-FULL_DISK_IN_THE_BACKGROUND = r"""
-import errno, sys
-import mnframe.checkpoint.async_save as async_save
-
-real, calls = async_save.write_npz, []
-
-
-def full_disk(f, arrays, compression=True):
-    from mpi4py import MPI
-
-    calls.append(1)
-    if MPI.COMM_WORLD.rank == 1 and len(calls) >= 2:
-        f.write(b"x" * 100)
-        raise OSError(errno.ENOSPC, "No space left on device")
-    return real(f, arrays, compression)
-
-
-async_save.write_npz = full_disk
-from mnframe.cli import main
-
-main(sys.argv[1:])
-"""
+FULL_DISK_IN_THE_BACKGROUND = full_disk_runner("mnframe.checkpoint.async_save")
 
 
 def test_failed_background_save_is_one_line_exit_1_and_keeps_the_previous_checkpoint(tmp_path):

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from mnframe.testing import mpiexec_path, run_mpi
+from mnframe.testing.faults import full_disk_runner
 
 REPO = Path(__file__).resolve().parent.parent
 OUTER_TIMEOUT = 180
@@ -106,28 +107,7 @@ def test_second_job_on_a_busy_run_directory_exits_2_and_a_dead_holder_blocks_not
 
 # The runner with a full disk on rank 1 from its second checkpoint on (ENOSPC injected where the
 # checkpoint's file is written; no file system of the machine is filled).
-FULL_DISK_RUNNER = r"""
-import errno, sys
-import mnframe.checkpoint.trainer_io as trainer_io
-
-real, calls = trainer_io.write_npz, []
-
-
-def full_disk(f, arrays, compression=True):
-    from mpi4py import MPI
-
-    calls.append(1)
-    if MPI.COMM_WORLD.rank == 1 and len(calls) >= 2:
-        f.write(b"x" * 100)
-        raise OSError(errno.ENOSPC, "No space left on device")
-    return real(f, arrays, compression)
-
-
-trainer_io.write_npz = full_disk
-from mnframe.cli import main
-
-main(sys.argv[1:])
-"""
+FULL_DISK_RUNNER = full_disk_runner("mnframe.checkpoint.trainer_io")
 
 
 def test_failed_save_is_one_line_exit_1_and_keeps_the_previous_checkpoint(tmp_path):

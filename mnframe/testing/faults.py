@@ -1,0 +1,32 @@
+"""Runner scripts with a fault injected, for the tests of how a run ends."""
+
+# ``python -m mnframe`` whose rank 1 finds the disk full from its second checkpoint file on:
+# ENOSPC raised where ``MODULE`` writes a checkpoint's file (no file system is filled).
+_FULL_DISK = r"""
+import errno, sys
+import MODULE as writer
+
+real, calls = writer.write_npz, []
+
+
+def full_disk(f, arrays, compression=True):
+    from mpi4py import MPI
+
+    calls.append(1)
+    if MPI.COMM_WORLD.rank == 1 and len(calls) >= 2:
+        f.write(b"x" * 100)
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return real(f, arrays, compression)
+
+
+writer.write_npz = full_disk
+from mnframe.cli import main
+
+main(sys.argv[1:])
+"""
+
+
+def full_disk_runner(module: str) -> str:
+    """The runner script, with ``module`` (``mnframe.checkpoint.trainer_io`` for synchronous
+    saves, ``mnframe.checkpoint.async_save`` for background ones) failing its writes."""
+    return _FULL_DISK.replace("MODULE", module)
