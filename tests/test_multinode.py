@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mnframe.testing.simcluster import SimCluster, unavailable_reason
+from mnframe.testing.simcluster import SimCluster, simcluster_skip_reason
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "tests" / "multinode"
@@ -29,13 +29,7 @@ LOG_EVERY_ITERATION = ["extensions=minimal", "extensions.log_report.interval=1",
 SMALL = ["model.n_units=16", "dataset.batch_size=20", *LOG_EVERY_ITERATION]
 
 
-def _skip_reason():
-    if os.environ.get("SIMCLUSTER_TESTS") != "1":
-        return "multi-node tests build a simulated cluster: set SIMCLUSTER_TESTS=1 (the CI multinode leg does)"
-    return unavailable_reason()
-
-
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+pytestmark = pytest.mark.skipif(simcluster_skip_reason() is not None, reason=str(simcluster_skip_reason()))
 
 
 @pytest.fixture(scope="module")

@@ -7,24 +7,17 @@ nodes while backward runs.
 Runs only where asked (``SIMCLUSTER_TESTS=1``) and where it can (root, network namespaces).
 """
 
-import os
 from pathlib import Path
 
 import pytest
 
-from mnframe.testing.simcluster import SimCluster, unavailable_reason
+from mnframe.testing.simcluster import SimCluster, simcluster_skip_reason
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = 180
 
 
-def _skip_reason():
-    if os.environ.get("SIMCLUSTER_TESTS") != "1":
-        return "multi-node tests build a simulated cluster: set SIMCLUSTER_TESTS=1 (the CI multinode leg does)"
-    return unavailable_reason()
-
-
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+pytestmark = pytest.mark.skipif(simcluster_skip_reason() is not None, reason=str(simcluster_skip_reason()))
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ slurm-wlm and munge installed); elsewhere every test skips with the reason.
 """
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mnframe.testing.simcluster import SimCluster, unavailable_reason
+from mnframe.testing.simcluster import SimCluster, simcluster_skip_reason
 
 REPO = Path(__file__).resolve().parent.parent
 SBATCH = REPO / "examples" / "slurm" / "train.sbatch"
@@ -31,13 +30,13 @@ OVERRIDES = [
 
 
 def _skip_reason():
-    if os.environ.get("SIMCLUSTER_TESTS") != "1":
-        return "multi-node tests build a simulated cluster: set SIMCLUSTER_TESTS=1 (the CI multinode leg does)"
+    if simcluster_skip_reason() is not None:
+        return simcluster_skip_reason()
     if not (shutil.which("slurmctld") and shutil.which("munged")):
         return "slurm-wlm and munge are not installed (apt-get install -y slurm-wlm munge)"
     if not (REPO / ".venv" / "bin" / "activate").exists():
         return "the sbatch example sources .venv/bin/activate: run scripts/setup.sh"
-    return unavailable_reason()
+    return None
 
 
 pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))

@@ -17,6 +17,14 @@ from mnframe.testing.launch import mpiexec_path, run_command
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "simcluster.sh"
 
 
+def simcluster_skip_reason():
+    """Why the simulated-cluster tests skip here (None: they run): they run only where asked
+    (``SIMCLUSTER_TESTS=1``, the CI multinode leg) and where a cluster can be built."""
+    if os.environ.get("SIMCLUSTER_TESTS") != "1":
+        return "multi-node tests build a simulated cluster: set SIMCLUSTER_TESTS=1 (the CI multinode leg does)"
+    return unavailable_reason()
+
+
 def unavailable_reason():
     """None where a cluster can be built here, else one line saying why not."""
     if not SCRIPT.exists():
