@@ -41,6 +41,19 @@ def suggest(word: str, choices: Iterable[str]) -> Optional[str]:
     return matches[0] if matches else None
 
 
+def unknown_name(path: str, what: str, value: Any, choices: Iterable[str], also: str = "") -> ConfigIssue:
+    """``value`` is not one of the table's names: the choices, sorted, and the closest one
+    (``also``: another way out, appended to the choices)."""
+    names = [str(c) for c in choices]
+    return ConfigIssue(
+        path,
+        f"unknown {what}",
+        value=value,
+        allowed=", ".join(sorted(names)) + also,
+        suggestion=suggest(value if value is not None else "", names),
+    )
+
+
 def join_path(*parts: Any) -> str:
     out = ""
     for p in parts:

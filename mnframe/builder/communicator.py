@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
+from mnframe._config_issue import unknown_name
 from mnframe.communicators.factory import create_communicator
-from mnframe.config.errors import ConfigIssue, suggest
+from mnframe.config.errors import ConfigIssue
 from mnframe.config.schema import CommunicatorConfig, ModelParallelTopology
 
 
@@ -28,15 +29,7 @@ def communicator_issues(cfg: CommunicatorConfig, has_cuda: bool, device: Optiona
     table = communicator_table()
     info = table.get(cfg.name)
     if info is None:
-        return [
-            ConfigIssue(
-                "communicator.name",
-                "unknown communicator",
-                value=cfg.name,
-                allowed=", ".join(sorted(table)),
-                suggestion=suggest(cfg.name, table),
-            )
-        ]
+        return [unknown_name("communicator.name", "communicator", cfg.name, table)]
     issues = []
     if info.needs_cuda and not has_cuda:
         issues.append(

@@ -14,9 +14,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from mnframe._config_issue import unknown_name
 from mnframe._targets import check_target
 from mnframe.builder.instantiate import agree_on_faults, instantiate
-from mnframe.config.errors import ConfigIssue, suggest
+from mnframe.config.errors import ConfigIssue
 from mnframe.config.schema import DatasetConfig
 from mnframe.datasets.empty import create_empty_dataset
 from mnframe.iterators.multi_node import create_multi_node_iterator
@@ -116,15 +117,7 @@ def dataset_issues(cfg: DatasetConfig, dp_width: Optional[int]) -> List[ConfigIs
     ``dp_width`` data-parallel ranks (None: not known, not checked)."""
     issues = []
     if cfg.strategy not in STRATEGIES:
-        issues.append(
-            ConfigIssue(
-                "dataset.strategy",
-                "unknown data strategy",
-                value=cfg.strategy,
-                allowed=", ".join(sorted(STRATEGIES)),
-                suggestion=suggest(cfg.strategy, STRATEGIES),
-            )
-        )
+        issues.append(unknown_name("dataset.strategy", "data strategy", cfg.strategy, STRATEGIES))
     if cfg.global_batch_size is not None and dp_width is not None:
         if cfg.global_batch_size % dp_width:
             issues.append(

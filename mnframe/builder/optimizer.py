@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List
 
+from mnframe._config_issue import unknown_name
 from mnframe._import_path import resolve as import_target
 from mnframe._targets import check_target
-from mnframe.config.errors import ConfigIssue, join_path, suggest
+from mnframe.config.errors import ConfigIssue, join_path
 from mnframe.config.schema import OptimizerConfig
 
 OPTIMIZERS: Dict[str, str] = {
@@ -110,15 +111,7 @@ def optimizer_issues(cfg: OptimizerConfig) -> List[ConfigIssue]:
     elif cfg.name in OPTIMIZERS:
         dotted = OPTIMIZERS[cfg.name]
     else:
-        return [
-            ConfigIssue(
-                "optimizer.name",
-                "unknown optimizer",
-                value=cfg.name,
-                allowed=", ".join(sorted(OPTIMIZERS)) + " (or set optimizer._target_)",
-                suggestion=suggest(cfg.name or "", OPTIMIZERS),
-            )
-        ]
+        return [unknown_name("optimizer.name", "optimizer", cfg.name, OPTIMIZERS, " (or set optimizer._target_)")]
     issues, bad = _hparam_issues(cfg)
     aliases = {} if cfg.target else HPARAM_ALIASES.get(cfg.name or "", {})
     unchecked = {aliases.get(key, key) for key in bad}
