@@ -164,10 +164,8 @@ def _with_resumed_layout(exc: ConfigError, config, run_dir: Optional[str], world
         return text
     from mnframe.checkpoint.inspect_cli import newest_layout
 
-    section = config.get("checkpoint") if isinstance(config, dict) else None
-    directory = section.get("dir") if isinstance(section, dict) and section.get("dir") else "checkpoints"
     try:
-        old = newest_layout(run_dir, directory)
+        old = newest_layout(run_dir, config)
     except OSError:
         old = None
     if old is None:

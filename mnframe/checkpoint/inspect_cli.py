@@ -48,10 +48,11 @@ def checkpoint_root(run_dir):
     raise BadInput(f"{run_dir} is not a run directory: it has no config.yaml and no checkpoints/ directory")
 
 
-def newest_layout(run_dir, checkpoint_dir="checkpoints"):
-    """'iter_N was written by <layout>' for the newest readable checkpoint of ``run_dir``, or
-    None (no run directory or no checkpoint): what a refused world size is compared with."""
-    root = os.path.join(os.fspath(run_dir), checkpoint_dir) if run_dir else None
+def newest_layout(run_dir, config=None):
+    """'iter_N was written by <layout>' for the newest readable checkpoint of ``run_dir`` (its
+    ``checkpoint.dir`` read from ``config``, the run's config as a dict), or None (no run
+    directory or no checkpoint): what a refused world size is compared with."""
+    root = os.path.join(os.fspath(run_dir), checkpoint_dir_of(config)) if run_dir else None
     if not root or not os.path.isdir(root):
         return None
     for name in _entries(root, ())[0]:
@@ -73,6 +74,11 @@ def _configured_dir(config_path):
             config = yaml.safe_load(f)
     except (OSError, yaml.YAMLError) as exc:
         raise BadInput(f"{config_path} is unreadable ({type(exc).__name__}); is this a run directory?") from None
+    return checkpoint_dir_of(config)
+
+
+def checkpoint_dir_of(config):
+    """``checkpoint.dir`` of a run's config (a plain dict), else the default ``checkpoints``."""
     section = config.get("checkpoint") if isinstance(config, dict) else None
     directory = section.get("dir") if isinstance(section, dict) else None
     return directory if isinstance(directory, str) and directory else "checkpoints"

@@ -149,7 +149,7 @@ def test_a_world_size_the_graph_does_not_fit_names_the_layout_it_would_resume(ru
     from mnframe.cli import _with_resumed_layout
     from mnframe.config.errors import ConfigIssue, ConfigIssues
 
-    assert inspect_cli.newest_layout(run_dir, "ckpts") == (
+    assert inspect_cli.newest_layout(run_dir, {"checkpoint": {"dir": "ckpts"}}) == (
         "its newest checkpoint iter_00000004 was written by data parallel, 1 rank"
     )
     assert inspect_cli.newest_layout(tmp_path / "nowhere") is None
