@@ -5,16 +5,14 @@ kept, no traceback (issue 31)."""
 from pathlib import Path
 
 from mnframe.testing import run_mpi
-from mnframe.testing.faults import full_disk_runner
+from mnframe.testing.faults import FULL_DISK_RUNNER
 
 REPO = Path(__file__).resolve().parent.parent
-
-FULL_DISK_IN_THE_BACKGROUND = full_disk_runner("mnframe.checkpoint.async_save")
 
 
 def test_failed_background_save_is_one_line_exit_1_and_keeps_the_previous_checkpoint(tmp_path):
     script = tmp_path / "runner.py"
-    script.write_text(FULL_DISK_IN_THE_BACKGROUND)
+    script.write_text(FULL_DISK_RUNNER)
     run = tmp_path / "run"
     args = ["extensions=minimal", "trainer.stop=[8,iteration]", "checkpoint.interval=2", "checkpoint.async_save=true"]
     r = run_mpi([script, *args, f"hydra.run.dir={run}"], n=2, timeout=180, env={"PYTHONPATH": str(REPO)}, cwd=str(REPO))

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from mnframe.testing import mpiexec_path, run_mpi
-from mnframe.testing.faults import full_disk_runner
+from mnframe.testing.faults import FULL_DISK_RUNNER
 
 REPO = Path(__file__).resolve().parent.parent
 OUTER_TIMEOUT = 180
@@ -105,9 +105,8 @@ def test_second_job_on_a_busy_run_directory_exits_2_and_a_dead_holder_blocks_not
 
 # -- 7. a failed save: one line, exit 1, the previous checkpoint kept ------------------------------
 
-# The runner with a full disk on rank 1 from its second checkpoint on (ENOSPC injected where the
-# checkpoint's file is written; no file system of the machine is filled).
-FULL_DISK_RUNNER = full_disk_runner("mnframe.checkpoint.trainer_io")
+# FULL_DISK_RUNNER: the runner with a full disk on rank 1 from its second checkpoint on (ENOSPC
+# injected where the checkpoint's file is written; no file system of the machine is filled).
 
 
 def test_failed_save_is_one_line_exit_1_and_keeps_the_previous_checkpoint(tmp_path):

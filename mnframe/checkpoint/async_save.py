@@ -20,13 +20,13 @@ import threading
 
 import numpy
 
-from mnframe.checkpoint.layout import rank_file
+from mnframe.checkpoint import trainer_io
 from mnframe.checkpoint.manifest import sha256_file
-from mnframe.checkpoint.store import TMP_PREFIX, checkpoint_name
+from mnframe.checkpoint.store import TMP_PREFIX, checkpoint_name, write_error
 from mnframe.runtime.errors import CheckpointError, SaveError
 from mnframe.utils import collectives
-from mnframe.utils.fs import atomic_path, fsync_dir
-from mnframe.utils.npz import WriteFailed, payload_bytes, serialize, write_npz
+from mnframe.utils.fs import fsync_dir
+from mnframe.utils.npz import serialize
 
 STAGING_PREFIX = TMP_PREFIX + "async-"  # a leftover of a killed job is removed by the next save's garbage collection
 
@@ -41,14 +41,8 @@ def write_rank_file(directory, rank, arrays):
     """Write (fsynced) this rank's file into ``directory``; return {name: (size, sha256)}.
     Runs on the background thread: files only, never MPI."""
     os.makedirs(directory, exist_ok=True)
-    name = rank_file(rank)
+    name = trainer_io.write_rank_arrays(directory, rank, arrays)
     path = os.path.join(directory, name)
-    try:
-        with atomic_path(path) as tmp:
-            with open(tmp, "wb") as f:
-                write_npz(f, arrays, compression=False)
-    except OSError as exc:
-        raise WriteFailed(path, payload_bytes(arrays), exc) from exc
     return {name: (os.path.getsize(path), sha256_file(path))}
 
 
@@ -67,12 +61,8 @@ class _Job:
     def _run(self, rank, arrays, writer):
         try:
             self.written = writer(self.staging, rank, arrays)
-        except WriteFailed as exc:
-            self.error = f"rank {rank} {exc}"
-        except OSError as exc:
-            self.error = f"rank {rank} could not write into {self.staging}: {exc}"
-        except Exception as exc:  # a bug: CheckpointError keeps it visible
-            self.error, self.disk = f"rank {rank}: {type(exc).__name__}: {exc}", False
+        except Exception as exc:  # a bug (not the disk's) becomes a CheckpointError: visible
+            self.error, self.disk = write_error(rank, self.staging, exc)
         finally:
             del arrays
             self._done.set()

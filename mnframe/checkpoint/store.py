@@ -49,6 +49,17 @@ def _say(text):
     sys.stderr.flush()
 
 
+def write_error(rank, directory, exc):
+    """(one line, whether it is the disk's) for ``exc`` raised while ``rank`` wrote its file into
+    ``directory``: a full disk or another OSError is one line and exit 1 (SaveError), anything
+    else is a bug (CheckpointError)."""
+    if isinstance(exc, WriteFailed):
+        return f"rank {rank} {exc}", True
+    if isinstance(exc, OSError):
+        return f"rank {rank} could not write into {directory}: {exc}", True
+    return f"rank {rank}: {type(exc).__name__}: {exc}", False
+
+
 class CheckpointStore:
     """The checkpoints of one run, shared by all ranks of ``comm``."""
 
@@ -130,12 +141,8 @@ class CheckpointStore:
                 path = os.path.join(tmp, fname)
                 size, digest = written[fname] if isinstance(written, dict) else (os.path.getsize(path), None)
                 entries[fname] = FileEntry(size=size, sha256=digest or sha256_file(path), rank=rank)
-        except WriteFailed as exc:  # shared by the caller: every rank raises the same error
-            return entries, f"rank {rank} {exc}", True
-        except OSError as exc:
-            return entries, f"rank {rank} could not write into {tmp}: {exc}", True
-        except Exception as exc:
-            return entries, f"rank {rank}: {type(exc).__name__}: {exc}", False
+        except Exception as exc:  # shared by the caller: every rank raises the same error
+            return (entries, *write_error(rank, tmp, exc))
         return entries, None, True
 
     def _write_manifest_and_commit(self, tmp, name, manifest, secret, keep):

@@ -30,16 +30,21 @@ def save_trainer(directory, trainer, rank):
     """Write this rank's trainer state; return the file names written.
 
     An OSError (a full disk) becomes ``WriteFailed`` naming the path and the bytes needed."""
+    return [write_rank_arrays(directory, rank, serialize(trainer))]
+
+
+def write_rank_arrays(directory, rank, arrays):
+    """Write ``arrays`` as this rank's file in ``directory`` (atomically, fsynced); return its
+    name. An OSError becomes ``WriteFailed`` naming the path and the bytes needed."""
     name = rank_file(rank)
     path = os.path.join(directory, name)
-    arrays = serialize(trainer)
     try:
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as f:
                 write_npz(f, arrays, compression=False)  # closes its zip even on a full disk
     except OSError as exc:
         raise WriteFailed(path, payload_bytes(arrays), exc) from exc
-    return [name]
+    return name
 
 
 def _is_per_rank(key):

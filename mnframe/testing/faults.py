@@ -1,10 +1,11 @@
 """Runner scripts with a fault injected, for the tests of how a run ends."""
 
 # ``python -m mnframe`` whose rank 1 finds the disk full from its second checkpoint file on:
-# ENOSPC raised where ``MODULE`` writes a checkpoint's file (no file system is filled).
-_FULL_DISK = r"""
+# ENOSPC raised where every checkpoint file is written, synchronous or in the background
+# (trainer_io.write_rank_arrays; no file system is filled).
+FULL_DISK_RUNNER = r"""
 import errno, sys
-import MODULE as writer
+import mnframe.checkpoint.trainer_io as writer
 
 real, calls = writer.write_npz, []
 
@@ -24,9 +25,3 @@ from mnframe.cli import main
 
 main(sys.argv[1:])
 """
-
-
-def full_disk_runner(module: str) -> str:
-    """The runner script, with ``module`` (``mnframe.checkpoint.trainer_io`` for synchronous
-    saves, ``mnframe.checkpoint.async_save`` for background ones) failing its writes."""
-    return _FULL_DISK.replace("MODULE", module)
