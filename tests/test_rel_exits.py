@@ -49,6 +49,32 @@ def test_mistake_at_8_ranks_exits_2_without_the_mpich_banner_every_time(tmp_path
         assert BANNER not in r.output and "MPI_Abort" not in r.output and "Traceback" not in r.output
 
 
+LATE_EXIT_SCRIPT = """
+import sys, time
+from mpi4py import MPI
+from mnframe.runtime import guard
+
+rank = MPI.COMM_WORLD.Get_rank()
+MPI.Finalize()
+if rank == 0:  # still busy after MPI_Finalize when rank 1 has already left
+    time.sleep(1.5)
+    open(sys.argv[1], "w").write("rank 0 got to its own exit")
+guard._exit_after_finalize(2)
+"""
+
+
+def test_a_rank_that_leaves_first_after_finalize_does_not_get_the_others_killed(tmp_path):
+    # What made the 8-rank test above flaky in CI: MPICH tells mpiexec that a rank finalized from
+    # a C exit handler, which os._exit skipped; mpiexec then took the first rank out as a crash
+    # and SIGKILLed the ranks still finishing (status 9 and the banner, or rank 0's work lost).
+    script, survived = tmp_path / "late_exit.py", tmp_path / "survived"
+    script.write_text(LATE_EXIT_SCRIPT)
+    r = run_mpi([script, survived], n=2, timeout=OUTER_TIMEOUT, env={"PYTHONPATH": str(REPO)}, cwd=str(tmp_path))
+    assert not r.timed_out, r.output[-3000:]
+    assert survived.exists(), f"rank 0 was killed before its own exit:\n{r.output[-3000:]}"
+    assert r.returncode == 2 and BANNER not in r.output, r.output[-3000:]
+
+
 # -- 11. --help names mnframe and its own commands first; no stray Hydra line before an error ---
 
 

@@ -168,6 +168,26 @@ def _finalize_and_exit(mpi, status):
         mpi.Finalize()
     except Exception:
         pass
+    _exit_after_finalize(status)
+
+
+def _exit_after_finalize(status):
+    """End this process with ``status`` at once, as ``os._exit`` does (no Python exit handlers,
+    no waiting for threads), but with C's exit handlers run.
+
+    MPICH tells its process manager that a rank finalized from a C ``atexit`` handler, not in
+    ``MPI_Finalize``. A rank that skips it (``os._exit``) looks crashed to mpiexec, which then
+    SIGKILLs every rank still running: under load one is often still in ``MPI_Finalize``, and
+    the job ends with status 9 and MPICH's "BAD TERMINATION" banner instead of ``status``.
+    """
+    _flush_all()
+    try:
+        import ctypes
+
+        # libc's exit(); PyDLL keeps the GIL held, so no other Python thread runs meanwhile
+        ctypes.PyDLL(None).exit(int(status))
+    except Exception:  # pragma: no cover - no libc symbol table: the old way
+        pass
     os._exit(status)
 
 
