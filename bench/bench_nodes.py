@@ -15,7 +15,8 @@ or ucx). Beside the time: the CPU time of one call (the busiest rank's
 The worker times ``allreduce_grad`` of a ResNet-50-shaped gradient set
 (102.2 MB float32; fresh gradient arrays before each call, as after a backward)
 for every mnframe CPU communicator, with float32 and with float16 on the wire,
-the bundled chainermn ``naive`` (the peer) and one ``MPI.Allreduce`` of the
+the default with ``allreduce_grad_dtype=auto`` (its trial calls run first, in the
+same run, and it prints what they chose), the bundled chainermn ``naive`` (the peer) and one ``MPI.Allreduce`` of the
 whole buffer, round-robin (bench_allreduce.run_round_robin), median of
 ``--repeat``, a time being the slowest rank's. Beside each figure: the lower
 bound, the bytes one node must send over its link divided by the link rate:
@@ -53,6 +54,22 @@ def bound_seconds(nbytes, nodes, rate):
 
 
 # ------------------------------------------------------------------ worker (under mpiexec)
+
+
+def auto_trials(comm, contender):
+    """Run the trial calls of ``allreduce_grad_dtype=auto``; what they measured and chose."""
+    from mnframe.communicators import wire_choice
+
+    for _ in wire_choice._SCHEDULE:
+        contender.before()
+        contender.fn()
+    for half_s, own_s in comm._wire_choice.decisions.values():
+        return {
+            "float16 ms": half_s * 1e3,
+            "float32 ms": own_s * 1e3,
+            "wire": "float16" if half_s < own_s else "float32",
+        }
+    return {}
 
 
 def worker(args):
@@ -105,10 +122,14 @@ def worker(args):
     names = args.names.split(",") if args.names else CPU_NAMES
     for name in names:
         add(f"mnframe {name}", chainermn.create_communicator(name), 1e-5)
-    for name in names:
-        if name in HALF_NAMES:
-            comm = chainermn.create_communicator(name, allreduce_grad_dtype="float16")
-            add(f"mnframe {name} float16", comm, 1e-3)
+    for name in [n for n in names if n in HALF_NAMES]:
+        add(f"mnframe {name} float16", chainermn.create_communicator(name, allreduce_grad_dtype="float16"), 1e-3)
+    chose = {}
+    if "two_dimensional" in names:  # allreduce_grad_dtype=auto: its trial calls first, in this run
+        comm = chainermn.create_communicator("two_dimensional", allreduce_grad_dtype="auto")
+        add("mnframe two_dimensional auto", comm, 1e-3)
+        chose = auto_trials(comm, contenders[-1])
+        cpu.pop("mnframe two_dimensional auto", None)
     import chainermn as peer  # the bundled peer, benchmark only
 
     add("chainermn naive", peer.create_communicator("naive"), 1e-5)
@@ -133,6 +154,7 @@ def worker(args):
             "nbytes": nbytes,
             "nodes": topo.inter_size,
             "ppn": topo.intra_size,
+            "auto_choice": chose,
         }
         print("RESULT " + json.dumps(out), flush=True)
     for comm in comms + [topo]:  # shared-memory windows freed before MPI_Finalize (OFI needs it)
@@ -196,10 +218,17 @@ def report(out, rate, args):
     d, h = res.get("mnframe two_dimensional"), res.get("mnframe two_dimensional float16")
     if d is not None and rate == "1gbit" and not args.small:
         print(f"  default within 1.1x of the bound: {d / bound:.2f}x -> {'PASS' if d <= 1.1 * bound else 'FAIL'}")
+    limit = 0.6 if rate == "1gbit" else 1.0
     if d is not None and h is not None and not args.small:
-        limit = 0.6 if rate == "1gbit" else 1.0
         verdict = "PASS" if h <= limit * d else "FAIL"
         print(f"  float16 / float32 (two_dimensional): {h / d:.2f} (target <= {limit}) -> {verdict}")
+    a, chose = res.get("mnframe two_dimensional auto"), out.get("auto_choice") or {}
+    if d is not None and a is not None and chose:
+        print(
+            f"  auto chose {chose['wire']} (trial medians: float16 {chose['float16 ms']:.0f} ms, float32 "
+            f"{chose['float32 ms']:.0f} ms); auto / float32: {a / d:.2f}"
+            + ("" if args.small else f" (target <= {limit}) -> {'PASS' if a <= limit * d else 'FAIL'}")
+        )
     sys.stdout.flush()
 
 

@@ -31,3 +31,4 @@ def test_worker_small_on_fake_nodes():
     assert not result.timed_out, result.output[-4000:]
     assert result.returncode == 0, result.output[-4000:]
     assert '"nodes": 2' in result.stdout and "mnframe two_dimensional float16" in result.stdout
+    assert "mnframe two_dimensional auto" in result.stdout and '"wire": "float' in result.stdout  # it chose

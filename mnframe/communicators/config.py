@@ -6,16 +6,16 @@ _FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64
 
 
 def _grad_dtype(value):
-    if value is None:
-        return None
+    if value is None or value == "auto":  # auto: float16 where measured faster (wire_choice)
+        return value
     try:
         dtype = np.dtype(value)
     except TypeError:
         dtype = None
-    if dtype not in _FLOAT_DTYPES:
+    if dtype is None or dtype not in _FLOAT_DTYPES:  # (None == np.dtype('float64') is True)
         raise ValueError(
             f"allreduce_grad_dtype={value!r}: expected None (each parameter's own dtype) "
-            f"or one of float16, float32, float64"
+            f"or one of float16, float32, float64, or 'auto' (float16 where it is measured faster)"
         )
     return dtype
 

@@ -29,7 +29,7 @@ class HierarchicalReducer(ShmReducer):
             self.fence(buffer, "hier:reduced")
             if me == 0:
                 for arr in views[0]:
-                    self.inter_node_sum(arr)
+                    self.inter_node_sum(arr, layout.wire)
             self.fence(buffer, "hier:leaders")
             for gi, g in enumerate(layout.groups):
                 lo, hi = slice_bounds(g.size, topo.intra_size, me)

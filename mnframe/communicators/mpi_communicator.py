@@ -11,12 +11,14 @@ module are averaged; that is collective, and every rank reaches it at the same
 call because the ranks have just agreed on the gradients' signature.
 """
 
+import time
+
 import numpy as np
 from mpi4py import MPI
 
 from mnframe._import_path import resolve
 from mnframe.communicators import array_collectives as pc
-from mnframe.communicators import config, object_ops, packing, topology
+from mnframe.communicators import config, object_ops, packing, topology, wire_choice
 from mnframe.communicators.base import CommunicatorBase
 from mnframe.communicators.verdict import CommunicatorArgumentError
 from mnframe.runtime import oplog
@@ -55,6 +57,7 @@ class MpiCommunicator(CommunicatorBase):
         self._finalized = False
         self._layouts = {}
         self._max_layouts = _MAX_LAYOUTS
+        self._wire_choice = wire_choice.WireChoice()  # allreduce_grad_dtype='auto'
         self._closers = []  # close() of resources built over this communicator (NCCL groups of MNBN, ...)
 
     def __repr__(self):
@@ -190,6 +193,10 @@ class MpiCommunicator(CommunicatorBase):
         """
         params, sig = packing.describe(model, zero_fill)
         wire = self._configs["allreduce_grad_dtype"]
+        choice_key = None
+        if wire == wire_choice.AUTO and self.size > 1:
+            choice_key = packing.signature_key(sig, None)
+            wire = self._wire_choice.wire_for(choice_key)
         key = None
         if self.size > 1:  # one rank has nobody to disagree with: no hash, no collective
             key = packing.signature_key(sig, wire)
@@ -217,9 +224,12 @@ class MpiCommunicator(CommunicatorBase):
                     self._layouts.clear()
                 # the strategy may keep some dtypes in memory and use ``wire`` between nodes only
                 layout_dtype = wire if reducer is None else reducer.layout_dtype(wire)
-                layout = self._layouts[key] = packing.build_layout(params, sig, layout_dtype)
+                layout = self._layouts[key] = packing.build_layout(params, sig, layout_dtype, wire)
             if layout.groups:
+                start = time.perf_counter()
                 reducer.mean(layout, params)
+                if choice_key is not None:
+                    self._wire_choice.record(self._comm, choice_key, wire, time.perf_counter() - start)
         import chainer  # already loaded: the model is a Chainer link
 
         if chainer.is_debug():

@@ -44,6 +44,7 @@ class Layout:
     key: int
     groups: tuple
     nbytes: int
+    wire: object = None  # the dtype between nodes (allreduce_grad_dtype; None: each group's own)
 
     def group_arrays(self, buf):
         """Typed 1-d views of ``buf`` (uint8), one per group."""
@@ -89,8 +90,9 @@ def signature_key(sig, wire_dtype):
     return int.from_bytes(digest, "little") >> 2  # 62 bits: its negation fits an int64
 
 
-def build_layout(params, sig, wire_dtype):
-    """A Layout for the participating params; ``wire_dtype=None`` keeps each param's dtype."""
+def build_layout(params, sig, wire_dtype, wire=None):
+    """A Layout for the participating params, packed as ``wire_dtype`` (None: each param's own dtype);
+    ``wire``: the dtype between nodes, where a reducer keeps another in memory (ShmReducer)."""
     by_dtype = {}
     for i, ((name, p), s) in enumerate(zip(params, sig)):
         if not s[3]:
@@ -105,7 +107,7 @@ def build_layout(params, sig, wire_dtype):
             n += size
         groups.append(Group(dt, tuple(entries), n, offset))
         offset += -(-n * dt.itemsize // ALIGN) * ALIGN
-    return Layout(signature_key(sig, wire_dtype), tuple(groups), offset)
+    return Layout(signature_key(sig, wire_dtype), tuple(groups), offset, wire)
 
 
 def _copy(dst, src):

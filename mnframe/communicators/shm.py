@@ -80,13 +80,12 @@ class ShmReducer(GradReducer):
     def layout_dtype(self, wire):
         return None if wire is not None and np.dtype(wire) == np.float16 else wire
 
-    def inter_node_sum(self, arr, prepare=None, done=None):
+    def inter_node_sum(self, arr, wire, prepare=None, done=None):
         """Sum ``arr`` over the inter-node communicator in place: float32 as float16 on the wire when
         asked; float32/float64 by mnframe's pipelined exchange (chunked non-blocking messages, sums in
         node order: no element depends on how the buffer is cut, on any number of nodes).
         ``prepare(a, b)``/``done(a, b)``: fill ``arr[a:b]`` before it is sent / use it once summed
         (``wire_allreduce.allreduce_pipelined``); called around a plain allreduce for other dtypes."""
-        wire = self.options.get("allreduce_grad_dtype")
         if wire is not None and np.dtype(wire) == np.float16 and arr.dtype == np.float32:
             wire_allreduce.allreduce_float32_as_half(self.topo.inter_comm, arr, prepare, done)
         elif arr.dtype in (np.float32, np.float64):

@@ -156,7 +156,7 @@ class TwoDimensionalReducer(ShmReducer):
                         s[a:b] = own[me][a:b]
 
             # the node mean of chunk k+1 is computed while chunk k crosses the link (pipelined)
-            self.inter_node_sum(own[me], prepare=node_mean, done=to_peers)
+            self.inter_node_sum(own[me], layout.wire, prepare=node_mean, done=to_peers)
         self.fence(buffer, "2d:done")
 
 

@@ -68,7 +68,8 @@ class CommunicatorConfig(Strict):
     device (pure_nccl on GPUs, two_dimensional on CPUs)."""
 
     name: str = "auto"
-    allreduce_grad_dtype: Optional[Literal["float16", "float32", "float64"]] = None
+    # auto: float16 on the wire where the first calls measure it faster (communicators/wire_choice.py)
+    allreduce_grad_dtype: Optional[Literal["float16", "float32", "float64", "auto"]] = None
     batched_copy: bool = False
 
 

@@ -55,6 +55,8 @@ class StreamStaleAverager:
         comm = self.communicator
         params, sig = packing.describe(target, zero_fill=True)
         wire = comm.get_config("allreduce_grad_dtype")
+        if wire == "auto":  # its buffers hold one step's wire for the next: no per-call choice
+            wire = np.dtype(np.float16)
         key = packing.signature_key(sig, wire)
         comm._agree_on_params(sig, "double_buffering", key)
         devices = {s[4] for s in sig}  # the same on every rank: the signatures just agreed
