@@ -16,7 +16,8 @@ one after the other, ``--repeat`` times:
 * ``base``: mnframe's default CPU communicator (two_dimensional), float32;
 * ``overlap``: ``optimizer.overlap=true`` (averaging during backward);
 * ``float16``: ``communicator.allreduce_grad_dtype=float16``;
-* ``overlap+float16``: both.
+* ``overlap+float16``: both;
+* ``overlap+auto``: overlap, and float16 on the wire where its first calls measure it faster.
 
 It prints examples/s (global, after the warm-up; medians), each variant over the
 peer, the share of a step in gradient averaging, and the scaling efficiency from
@@ -44,6 +45,7 @@ VARIANTS = {
     "overlap": ["optimizer.overlap=true"],
     "float16": ["communicator.allreduce_grad_dtype=float16"],
     "overlap+float16": ["optimizer.overlap=true", "communicator.allreduce_grad_dtype=float16"],
+    "overlap+auto": ["optimizer.overlap=true", "communicator.allreduce_grad_dtype=auto"],
 }
 
 
