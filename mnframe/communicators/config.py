@@ -2,11 +2,13 @@
 
 import numpy as np
 
+from mnframe.communicators import wire_choice
+
 _FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _grad_dtype(value):
-    if value is None or value == "auto":  # auto: float16 where measured faster (wire_choice)
+    if value is None or value == wire_choice.AUTO:  # float16 where measured faster
         return value
     try:
         dtype = np.dtype(value)

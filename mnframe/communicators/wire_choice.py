@@ -56,13 +56,13 @@ class WireChoice:
         with oplog.op("wire_choice"):
             medians = object_ops.allgather_obj(mpi_comm, (statistics.median(mine[HALF]), statistics.median(mine[OWN])))
         half, own = max(m[0] for m in medians), max(m[1] for m in medians)  # the slowest rank decides
-        self._chosen[key] = HALF if half < own else OWN
+        chosen = self._chosen[key] = HALF if half < own else OWN
         self.decisions[key] = (half, own)
         if mpi_comm.Get_rank() == 0:
             log.info(
                 "allreduce_grad_dtype=auto: %s on the wire for parameter set %x (medians of the slowest "
                 "rank: float16 %.1f ms, own dtype %.1f ms)",
-                "float16" if half < own else "each parameter's own dtype",
+                "float16" if chosen == HALF else "each parameter's own dtype",
                 key,
                 half * 1e3,
                 own * 1e3,
