@@ -2,13 +2,15 @@
 
 import numpy as np
 
-from mnframe.communicators import wire_choice
+# allreduce_grad_dtype='auto': float16 on the wire where the first calls measure it faster
+# (wire_choice.py). Named here, in a module that needs no MPI, so `--check` runs without one.
+WIRE_AUTO = "auto"
 
 _FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _grad_dtype(value):
-    if value is None or value == wire_choice.AUTO:  # float16 where measured faster
+    if value is None or value == WIRE_AUTO:
         return value
     try:
         dtype = np.dtype(value)

@@ -194,7 +194,7 @@ class MpiCommunicator(CommunicatorBase):
         params, sig = packing.describe(model, zero_fill)
         wire = self._configs["allreduce_grad_dtype"]
         choice_key = None
-        if wire == wire_choice.AUTO and self.size > 1:
+        if wire == config.WIRE_AUTO and self.size > 1:
             choice_key = packing.signature_key(sig, None)
             wire = self._wire_choice.wire_for(choice_key)
         key = None

@@ -20,7 +20,6 @@ from mnframe.runtime import oplog
 
 log = logging.getLogger("mnframe.communicators")
 
-AUTO = "auto"
 HALF = "float16"
 OWN = None  # each parameter's own dtype (float32 for float32 gradients)
 TRIALS = 3  # timed calls per wire (after one untimed call each)
