@@ -245,6 +245,9 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return worker(args)
+    from mnframe.communicators import half_native
+
+    print(f"float16 conversions: {half_native.describe()}")
     everything = []
     for rate in args.rates.split(","):
         for topo in args.topologies.split(","):

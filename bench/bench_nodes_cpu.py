@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from mnframe.communicators import half
+from mnframe.communicators import half, half_native
 from mnframe.communicators.host_kernels import mean_into
 
 ELEMENTS = 102_200_000 // 4
@@ -79,6 +79,7 @@ def main():
     import os
 
     print(f"machine load average {os.getloadavg()[0]:.1f}; CPU ms per call of one rank (process time)")
+    print(f"float16 conversions: {half_native.describe()}")
     for topo in args.topologies.split(","):
         nodes, ranks = (int(v) for v in topo.split("x"))
         ms = {k: cpu_ms(fn, args.repeat) for k, fn in steps(nodes, ranks).items()}

@@ -171,6 +171,15 @@ SETTINGS = (
         True,
     ),
     Setting(
+        "MNFRAME_NATIVE_HALF",
+        "flag",
+        "1",
+        "`0`: float16 conversions (a float16 wire) use NumPy table lookups instead of the CPU's F16C "
+        'instructions, which mnframe builds with the C compiler at first use (README "Between nodes")',
+        flag,
+        True,
+    ),
+    Setting(
         "MNFRAME_CHECKPOINT_KEY",
         "text, 16+ characters",
         "unset",

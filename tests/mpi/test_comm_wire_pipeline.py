@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mnframe.communicators import wire_allreduce
+from mnframe.communicators import half_native, wire_allreduce
 
 MPI_SIZES = (1, 2, 3)
 MPI_TIMEOUT = 120
@@ -84,6 +84,21 @@ def test_float16_wire_is_the_float32_sum_of_rounded_parts(n):
     assert not bad.any(), (np.flatnonzero(bad)[:5], arr[bad][:5], want[bad][:5])
     exact = _rank_order_sum(n, np.float64)
     assert np.linalg.norm(arr - exact) / np.linalg.norm(exact) < 1e-3
+
+
+@pytest.mark.usefixtures("chunking")
+def test_ranks_that_round_ties_differently_still_agree(monkeypatch):
+    """Odd ranks convert by table (exact ties away from zero), even ranks by F16C (ties to even, where
+    it builds): every float16 value is encoded by one rank and decoded exactly by all, so the ranks
+    still end with the same bits."""
+    if world.rank % 2:
+        monkeypatch.setattr(half_native, "kernels", lambda: None)
+    n = 70_001
+    rng = np.random.RandomState(7 + world.rank)
+    ties = (1 + (2 * rng.randint(0, 1024, n) + 1) * 2.0**-11) * 2.0 ** rng.randint(-10, 10, n)
+    arr = np.where(rng.rand(n) < 0.5, ties, -ties).astype(np.float32)  # all exact float16 ties
+    wire_allreduce.allreduce_float32_as_half(world, arr)
+    assert len(set(world.allgather(arr.tobytes()))) == 1
 
 
 @pytest.mark.usefixtures("chunking")
