@@ -145,7 +145,11 @@ def kernels():
         path = _build(workdir)
         if path is None:
             return None
-        lib = ctypes.CDLL(path)  # mapped: the file can go once loaded
+        try:
+            lib = ctypes.CDLL(path)  # mapped: the file can go once loaded
+        except OSError as exc:  # e.g. a temporary directory on a noexec mount
+            log.debug("float16 conversions: cannot load the built library (%s), using the table", exc)
+            return None
     if not lib.mnframe_has_f16c():
         log.debug("float16 conversions: this CPU has no F16C, using the table")
         return None

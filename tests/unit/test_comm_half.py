@@ -116,6 +116,10 @@ def test_native_tail_and_any_length():
         assert back.tobytes() == (got.astype(np.float32) + 1).tobytes()
 
 
+def _unloadable(path):
+    raise OSError(f"{path}: failed to map segment from shared object")
+
+
 def test_native_switched_off_or_unbuildable_falls_back_to_the_table(monkeypatch):
     try:
         monkeypatch.setenv("MNFRAME_NATIVE_HALF", "0")
@@ -129,5 +133,9 @@ def test_native_switched_off_or_unbuildable_falls_back_to_the_table(monkeypatch)
         got = np.empty(3, np.float16)
         half.encode(x, got)  # the table
         assert got.tolist() == [1.0, 2.5, -3.0]
+        monkeypatch.delenv("CC")
+        monkeypatch.setattr(half_native.ctypes, "CDLL", _unloadable)  # e.g. /tmp mounted noexec
+        half_native.kernels.cache_clear()
+        assert half_native.kernels() is None
     finally:
         half_native.kernels.cache_clear()  # rebuilt by the next caller with the real environment
