@@ -68,8 +68,8 @@ def _scratch_of(dtype, n):
 
 def encode(src, dst, scale=1.0):
     """dst[:] = float16(scale * src): 1-d float32 ``src``, 1-d float16 or uint16 ``dst`` of the same size."""
-    native = half_native.kernels()
-    if native is not None and half_native.usable(src, dst):
+    native = half_native.for_arrays(src, dst)
+    if native is not None:
         return native.encode(src, dst, scale)
     table = _encode_table()
     out = dst.view(np.uint16)
@@ -94,8 +94,8 @@ def _round_table():
 def encode_rounding(acc, dst):
     """``encode(acc, dst)`` and ``acc[:] = decode(dst)`` in one pass (one shift, two lookups):
     the float16 bits to send and the rounded value this rank keeps, as every receiver will decode it."""
-    native = half_native.kernels()
-    if native is not None and half_native.usable(acc, dst):
+    native = half_native.for_arrays(acc, dst)
+    if native is not None:
         return native.encode_rounding(acc, dst)
     table, rounded = _encode_table(), _round_table()
     out = dst.view(np.uint16)
@@ -111,8 +111,8 @@ def encode_rounding(acc, dst):
 
 def decode(src, dst, add=False):
     """dst[:] = float32(src), or ``dst += float32(src)`` with ``add``: 1-d float16 ``src``, float32 ``dst``."""
-    native = half_native.kernels()
-    if native is not None and half_native.usable(src, dst):
+    native = half_native.for_arrays(src, dst)
+    if native is not None:
         return native.decode(src, dst, add)
     table = _decode_table()
     idx = src.view(np.uint16)

@@ -156,9 +156,11 @@ def kernels():
     return Kernels(lib)
 
 
-def usable(*arrays):
-    """Whether the kernels can take these arrays: each one contiguous (any shape, read flat)."""
-    return all(a.flags.c_contiguous for a in arrays)
+def for_arrays(*arrays):
+    """The kernels when they are available and can take these arrays (each one contiguous, read
+    flat), else None: ``half``'s one dispatch point."""
+    native = kernels()
+    return native if native is not None and all(a.flags.c_contiguous for a in arrays) else None
 
 
 def describe():

@@ -4,8 +4,8 @@ parameter's own dtype.
 float16 halves the bytes between nodes and costs CPU for the conversions (about 1 ns per
 element of a rank's slice with F16C, 8 ns with the table, ``BENCHMARKS.md`` section 6): it
 pays on slow links and can cost time on fast ones or busy CPUs, and which one a cluster has
-is easier measured than guessed (the
-way Horovod's autotuning picks its fusion settings). For each set of parameters (each
+is easier measured than guessed (the way Horovod's autotuning picks its fusion settings).
+For each set of parameters (each
 bucket, with the overlap) the first calls alternate the two wires, ``TRIALS`` timed calls
 each after one untimed call (the first call of a wire allocates its buffers); then the
 ranks agree on the slowest rank's median of each, and every later call uses the faster
