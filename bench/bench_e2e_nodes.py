@@ -17,7 +17,9 @@ one after the other, ``--repeat`` times:
 * ``overlap``: ``optimizer.overlap=true`` (averaging during backward);
 * ``float16``: ``communicator.allreduce_grad_dtype=float16``;
 * ``overlap+float16``: both;
-* ``overlap+auto``: overlap, and float16 on the wire where its first calls measure it faster.
+* ``overlap+auto``: overlap, and float16 on the wire where its first calls measure it faster;
+* ``overlap+ddp25``: overlap with PyTorch DDP's fixed 25 MiB buckets instead of buckets sized
+  to the model.
 
 It prints examples/s (global, after the warm-up; medians), each variant over the
 peer, the share of a step in gradient averaging, and the scaling efficiency from
@@ -46,6 +48,7 @@ VARIANTS = {
     "float16": ["communicator.allreduce_grad_dtype=float16"],
     "overlap+float16": ["optimizer.overlap=true", "communicator.allreduce_grad_dtype=float16"],
     "overlap+auto": ["optimizer.overlap=true", "communicator.allreduce_grad_dtype=auto"],
+    "overlap+ddp25": ["optimizer.overlap=true", "optimizer.bucket_cap_mb=25"],
 }
 
 

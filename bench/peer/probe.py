@@ -12,7 +12,10 @@ It records, on the rank it runs on:
   first ``warmup`` ones (per-rank batch size x ranks / mean step time);
 * ``comm_fraction``: the share of those steps spent averaging gradients, timed
   around the communicator's ``multi_node_mean_grad``/``allreduce_grad`` (or,
-  when the optimizer exposes no communicator, from mnframe's op log).
+  when the optimizer exposes no communicator, from mnframe's op log); with
+  mnframe's ``overlap`` the buckets are averaged on another thread, so what
+  counts is the main thread's wait for them after backward (``overlap:wait``
+  in the op log): the communication that backward did not hide.
 
 At the end of training it prints one line ``BENCH_RESULT {json}``.
 """
@@ -54,12 +57,13 @@ class _CommTimer:
 class _OpLogTimer:
     """Fallback: the union of the intervals of mnframe's logged communication ops."""
 
-    def __init__(self):
+    def __init__(self, names=None):
         from mnframe.runtime import oplog
 
         self._records = []
         self._done = 0.0
-        oplog.get_log().listeners.append(self._records.append)
+        keep = self._records.append if names is None else (lambda r: r.name in names and self._records.append(r))
+        oplog.get_log().listeners.append(keep)
 
     @property
     def total(self):
@@ -91,7 +95,10 @@ class Probe(training.Extension):
     def initialize(self, trainer):
         optimizer = trainer.updater.get_optimizer("main")
         comm = getattr(optimizer, "communicator", None)
-        if comm is not None:
+        if getattr(optimizer, "_overlap", None) is not None:  # mnframe's overlap: the unhidden wait
+            self._size = comm.size
+            self._timer = _OpLogTimer(names={"overlap:wait"})
+        elif comm is not None:
             self._size = comm.size
             self._timer = _CommTimer()
             for name in _GRAD_METHODS:

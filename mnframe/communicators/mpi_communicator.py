@@ -57,6 +57,7 @@ class MpiCommunicator(CommunicatorBase):
         self._finalized = False
         self._layouts = {}
         self._max_layouts = _MAX_LAYOUTS
+        self._kept_buffers = 0  # buffers every reducer keeps at least (keep_layouts)
         self._wire_choice = wire_choice.WireChoice()  # allreduce_grad_dtype='auto'
         self._closers = []  # close() of resources built over this communicator (NCCL groups of MNBN, ...)
 
@@ -239,6 +240,7 @@ class MpiCommunicator(CommunicatorBase):
         """Keep the layouts and buffers of ``n`` parameter sets (default a few): the overlap averages
         each bucket of a model as a parameter set of its own, every step."""
         self._max_layouts = max(_MAX_LAYOUTS, n)
+        self._kept_buffers = max(self._kept_buffers, n)
         for reducer in self._reducers.values():
             reducer.cached_layouts = max(reducer.cached_layouts, n)
 
@@ -250,8 +252,8 @@ class MpiCommunicator(CommunicatorBase):
                 raise RuntimeError(f"{type(self).__name__} was finalized; create a new communicator")
             make = resolve(self.reducers[device])
             reducer = self._reducers[device] = make(self._comm, self._topo, self._configs)
-            if self._max_layouts > _MAX_LAYOUTS:  # keep_layouts was called
-                reducer.cached_layouts = self._max_layouts
+            # keep_layouts may have been called before this reducer existed
+            reducer.cached_layouts = max(reducer.cached_layouts, self._kept_buffers)
         return reducer
 
     def _agree_on_params(self, sig, what, key=None):

@@ -293,7 +293,9 @@ def create_multi_node_optimizer(
             backward); with ``update()`` after the caller's own backward the
             average is taken after backward. Not with ``double_buffering``.
         bucket_cap_mb: the largest bucket with ``overlap`` (MiB of gradients;
-            default 25, as PyTorch DDP).
+            PyTorch DDP's default is 25). Default (None): a quarter of the
+            model's gradients, between 1 and 25 MiB, so that a small model
+            still overlaps. As in DDP the first bucket holds at most 1 MiB.
     """
     if not (hasattr(actual_optimizer, "update") and hasattr(actual_optimizer, "setup")):
         raise TypeError(
@@ -316,8 +318,7 @@ def create_multi_node_optimizer(
     averager = _averager(communicator) if double_buffering else None
     overlapper = None
     if overlap:
-        from mnframe.optimizers.overlap import DEFAULT_BUCKET_CAP_MB, OverlapAverager
+        from mnframe.optimizers.overlap import OverlapAverager
 
-        cap = DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb
-        overlapper = OverlapAverager(communicator, zero_fill, cap)
+        overlapper = OverlapAverager(communicator, zero_fill, bucket_cap_mb)
     return _MultiNodeOptimizer(actual_optimizer, communicator, zero_fill, averager, overlapper)

@@ -1,12 +1,17 @@
 """Averaging overlapped with backward: each bucket of gradients is averaged as soon as it is final.
 
 As PyTorch DDP's reducer and Horovod's per-parameter hooks do: the parameters
-are cut into buckets of at most ``bucket_cap_mb`` in the order backward
-finishes their gradients (the last layers first), and a communication thread
-averages bucket 0, 1, 2, ... while the main thread is still computing the
-gradients of the earlier layers. ``update()`` then waits for the last bucket
-and steps. Every step uses this step's average, unlike double buffering.
+are cut into buckets in the order backward finishes their gradients (the last
+layers first), and a communication thread averages bucket 0, 1, 2, ... while
+the main thread is still computing the gradients of the earlier layers.
+``update()`` then waits for the last bucket and steps. Every step uses this
+step's average, unlike double buffering.
 
+* Bucket sizes: the first holds at most 1 MiB (DDP's first-bucket rule), the
+  others at most ``bucket_cap_mb``. DDP's fixed 25 MiB makes a smaller model
+  one bucket, averaged after backward with nothing overlapped, so without a
+  ``bucket_cap_mb`` the cap is a quarter of the model's gradients, between
+  1 and 25 MiB (``bucket_cap_bytes``).
 * When is a gradient final? ``early_backward`` (mnframe's driver of Chainer's
   backward) hands each parameter over when the last function node that adds to
   its gradient has run.
@@ -41,7 +46,22 @@ from mpi4py import MPI
 from mnframe.optimizers import early_backward
 from mnframe.runtime import oplog
 
-DEFAULT_BUCKET_CAP_MB = 25.0  # PyTorch DDP's default
+MIB = 1 << 20
+DEFAULT_BUCKET_CAP_MB = 25.0  # PyTorch DDP's default, and the most the sized default gives
+# PyTorch DDP's kDefaultFirstBucketBytes: the first bucket (the last layers' gradients) is kept
+# small so that averaging starts early in backward instead of waiting for 25 MiB of gradients.
+FIRST_BUCKET_CAP_MB = 1.0
+# Without a bucket_cap_mb, the cap is the model's gradient bytes over this (between the first
+# bucket's cap and DDP's 25 MiB): a model under 25 MiB would otherwise be one bucket, averaged
+# only after backward, with nothing overlapped (BENCHMARKS.md 6e measured NIN's 6.5 MiB).
+SIZED_BUCKETS = 4
+
+
+def bucket_cap_bytes(bucket_cap_mb, total_bytes):
+    """The largest bucket: ``bucket_cap_mb`` MiB, or sized to the model (``total_bytes``) when None."""
+    if bucket_cap_mb is not None:
+        return max(1, int(bucket_cap_mb * MIB))
+    return int(min(DEFAULT_BUCKET_CAP_MB * MIB, max(FIRST_BUCKET_CAP_MB * MIB, total_bytes / SIZED_BUCKETS)))
 
 
 class _Params:
@@ -54,13 +74,15 @@ class _Params:
         return iter(self._named)
 
 
-def plan_buckets(order, sizes, cap_bytes):
+def plan_buckets(order, sizes, cap_bytes, first_cap_bytes=None):
     """Cut ``order`` (parameter names, in the order their gradients become final) into buckets of at
-    most ``cap_bytes`` (a larger single parameter gets a bucket of its own)."""
+    most ``cap_bytes``, the first one of at most ``first_cap_bytes`` (default: ``cap_bytes``); a
+    larger single parameter gets a bucket of its own."""
     buckets, current, nbytes = [], [], 0
+    first_cap = cap_bytes if first_cap_bytes is None else min(first_cap_bytes, cap_bytes)
     for name in order:
         size = sizes[name]
-        if current and nbytes + size > cap_bytes:
+        if current and nbytes + size > (cap_bytes if buckets else first_cap):
             buckets.append(tuple(current))
             current, nbytes = [], 0
         current.append(name)
@@ -73,10 +95,10 @@ def plan_buckets(order, sizes, cap_bytes):
 class OverlapAverager:
     """Averages a model's gradients bucket by bucket during ``backward`` (see the module doc)."""
 
-    def __init__(self, communicator, zero_fill, bucket_cap_mb=DEFAULT_BUCKET_CAP_MB):
+    def __init__(self, communicator, zero_fill, bucket_cap_mb=None):
         self.communicator = communicator
         self.zero_fill = zero_fill
-        self.cap_bytes = max(1, int(bucket_cap_mb * (1 << 20)))
+        self.bucket_cap_mb = bucket_cap_mb  # None: sized to the model (bucket_cap_bytes)
         self._plans = {}  # layout -> buckets (tuples of names)
         self._order = None  # names in the order of the last recorded backward, until the ranks agree on it
         self._comm = None  # the bucket communicator (a split of ``communicator``), made on first use
@@ -121,7 +143,9 @@ class OverlapAverager:
         order += [n for n in sorted(sizes) if n not in listed]  # never final early: last
         if len(self._plans) >= 8:
             self._plans.clear()
-        plan = self._plans[layout] = plan_buckets(order, sizes, self.cap_bytes)
+        plan = self._plans[layout] = plan_buckets(
+            order, sizes, bucket_cap_bytes(self.bucket_cap_mb, sum(sizes.values())), int(FIRST_BUCKET_CAP_MB * MIB)
+        )
         self._bucket_comm(len(plan))
         return plan
 

@@ -8,6 +8,7 @@ import pytest
 
 import mnframe as chainermn
 from mnframe.communicators import registry
+from mnframe.optimizers import overlap as overlap_module
 
 MPI_SIZES = (1, 2, 3)
 MPI_TIMEOUT = 180
@@ -78,6 +79,34 @@ def test_bitwise_equal_to_averaging_after_backward(comm, cap):
     # the ranks trained the same model
     digest = float(sum(np.abs(p.array).sum() for p in over.params()))
     assert len(set(comm.allgather_obj(digest))) == 1
+
+
+def test_the_first_bucket_has_its_own_cap(comm, monkeypatch):
+    """DDP's first-bucket rule: the last layers' gradients go first, in a bucket of their own."""
+    monkeypatch.setattr(overlap_module, "FIRST_BUCKET_CAP_MB", 2000 / (1 << 20))  # out/W alone (2560 bytes)
+    plain, _, _ = _train(comm, overlap=False)
+    over, stats, _ = _train(comm, overlap=True, bucket_cap_mb=25)  # one bucket for the rest
+    assert stats[-1]["buckets"] == 2 and stats[-1]["started_in_backward"] == 1
+    for (name, a), (_, b) in zip(sorted(plain.namedparams()), sorted(over.namedparams())):
+        assert a.array.tobytes() == b.array.tobytes(), name
+
+
+def test_a_steady_step_reuses_every_buckets_buffer(comm):
+    """The bucket communicator keeps one buffer per bucket: a later step allocates none (shared
+    windows are collective and slow; they were reallocated every call with more than 2 buckets)."""
+    model = Net()
+    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.SGD(), comm, overlap=True, bucket_cap_mb=0.01)
+    opt.setup(model)
+    data = np.random.RandomState(comm.rank)
+    x, t = data.standard_normal((8, 12)).astype(np.float32), data.randint(0, 5, 8).astype(np.int32)
+    kept = []
+    for _ in range(5):
+        opt.update(model, x, t)
+        reducers = getattr(opt._overlap._comm, "_reducers", {}).values()  # made at the first planned step
+        kept.append({id(b) for r in reducers for b in getattr(r, "_buffers", {}).values()})
+    assert opt._overlap.stats["buckets"] > 4
+    assert kept[-1] == kept[-2] == kept[-3]
+    opt.finalize()
 
 
 def test_float16_wire_bitwise():

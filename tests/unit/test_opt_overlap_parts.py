@@ -10,7 +10,7 @@ from mnframe.builder.validate import validate
 from mnframe.config import compose as C
 from mnframe.config.errors import ConfigError
 from mnframe.optimizers import early_backward
-from mnframe.optimizers.overlap import plan_buckets
+from mnframe.optimizers.overlap import bucket_cap_bytes, plan_buckets
 
 
 class Net(chainer.Chain):
@@ -67,6 +67,25 @@ def test_plan_buckets_caps_bytes_in_order():
     sizes = {"a": 40, "b": 40, "c": 100, "d": 10}
     assert plan_buckets(["d", "c", "b", "a"], sizes, 60) == (("d",), ("c",), ("b",), ("a",))
     assert plan_buckets(["d", "b", "a", "c"], sizes, 100) == (("d", "b", "a"), ("c",))
+
+
+def test_the_first_bucket_is_small_so_averaging_starts_early():
+    """DDP's rule: the first bucket (the last layers) has its own, smaller cap; later ones the cap."""
+    sizes = {"a": 40, "b": 40, "c": 100, "d": 10}
+    assert plan_buckets(["d", "b", "a", "c"], sizes, 100, first_cap_bytes=50) == (("d", "b"), ("a",), ("c",))
+    assert plan_buckets(["d", "b", "a", "c"], sizes, 100, first_cap_bytes=5) == (("d",), ("b", "a"), ("c",))
+    # a first cap above the cap is the cap
+    assert plan_buckets(["d", "b", "a", "c"], sizes, 60, first_cap_bytes=1000) == (("d", "b"), ("a",), ("c",))
+
+
+def test_the_default_cap_is_sized_to_the_model():
+    """Without bucket_cap_mb: a quarter of the gradients, at least 1 MiB and at most DDP's 25 MiB."""
+    mib = 1 << 20
+    assert bucket_cap_bytes(None, 6.5 * mib) == int(6.5 * mib / 4)  # NIN at width 0.5: four buckets
+    assert bucket_cap_bytes(None, 0.2 * mib) == mib  # small models: DDP's first-bucket size
+    assert bucket_cap_bytes(None, 400 * mib) == 25 * mib  # large ones: DDP's cap
+    assert bucket_cap_bytes(3, 400 * mib) == 3 * mib  # a given cap is kept
+    assert bucket_cap_bytes(1e-9, mib) == 1
 
 
 def _refused(*overrides):
