@@ -319,6 +319,7 @@ def test_mnist_tutorial_end_to_end(comm, tmp_path_factory):
             np.testing.assert_array_equal(other[name], final[name])
     accuracy = chainermn.create_multi_node_evaluator(extensions.Evaluator(test_iter, model), comm)()["main/accuracy"]
     assert comm.mpi_comm.allgather(float(accuracy)) == [float(accuracy)] * comm.size
-    assert accuracy > 0.8
+    # trained: chance is 0.1; 40 steps (one epoch on 1 rank) reach 0.8-0.9, by the shuffle and the init
+    assert accuracy > 0.6
     if comm.rank == 0:
         assert (out / "log").exists()
