@@ -7,6 +7,7 @@ table from its row of ``mnframe._chainermn_paths``.
 """
 
 import importlib
+import importlib.util
 
 from mnframe import _chainermn_paths
 from mnframe._import_path import resolve
@@ -16,9 +17,9 @@ def lazy_exports(package_name, table=None):
     """Return (__getattr__, __dir__, __all__) for a package exporting ``table`` (default: its ChainerMN row).
 
     A name that is also a module path of the package (ChainerMN's ``functions.pseudo_connect``
-    and ``links.create_mnbn_model`` are both) is bound now, after importing that module,
-    so a later import of the module path does not shadow the function (as ChainerMN's
-    ``__init__`` does)."""
+    and ``links.create_mnbn_model`` are both, as are ``checkpoint.attach`` and ``checkpoint.resume``)
+    is bound now, after importing that module, so a later import of the module path does not
+    shadow the function (as ChainerMN's ``__init__`` does)."""
     namespace = importlib.import_module(package_name).__dict__
     if table is None:
         table = _chainermn_paths.row(package_name)
@@ -40,5 +41,11 @@ def lazy_exports(package_name, table=None):
 
 
 def _is_module_path(module_name):
+    """Whether ``module_name`` is a module of the package (a ChainerMN path, or a file of mnframe's own)."""
     path = _chainermn_paths.relative(module_name)
-    return path is not None and path in _chainermn_paths.PATHS
+    if path is not None and path in _chainermn_paths.PATHS:
+        return True
+    try:
+        return importlib.util.find_spec(module_name) is not None
+    except ImportError:
+        return False

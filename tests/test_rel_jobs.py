@@ -446,6 +446,7 @@ def _params(tmp_path, rank):
         return {k: f[k] for k in f.files}
 
 
+@pytest.mark.smoke  # the fast tier's job-level check
 def test_exact_resume_after_sigkill(tmp_path_factory):
     # Reference: 20 uninterrupted iterations.
     ref_dir = tmp_path_factory.mktemp("ref")

@@ -88,6 +88,7 @@ def _manifest(run_dir, iteration):
     return json.loads((run_dir / "checkpoints" / f"iter_{iteration:08d}" / "manifest.json").read_text())
 
 
+@pytest.mark.smoke  # the fast tier's job-level check
 def test_short_run_checkpoints_its_end_and_exports_the_model(tmp_path):
     result = mnframe(
         *SMALL,

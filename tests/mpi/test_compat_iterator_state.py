@@ -66,7 +66,14 @@ def _plain(cls, data, **kw):
     return cls(data, BATCH, **kw)
 
 
-@pytest.mark.parametrize("cls", [chainer.iterators.SerialIterator, chainer.iterators.MultiprocessIterator])
+@pytest.mark.parametrize(
+    "cls",
+    [
+        chainer.iterators.SerialIterator,
+        # slow: a worker process for each of many fresh iterators (40-60 s); the same checks as Serial's
+        pytest.param(chainer.iterators.MultiprocessIterator, marks=pytest.mark.slow),
+    ],
+)
 def test_state_loads_into_a_plain_iterator(comm, cls):
     data = np.arange(N, dtype=np.float32)
     ratio = BATCH / N
