@@ -11,6 +11,7 @@ module are averaged; that is collective, and every rank reaches it at the same
 call because the ranks have just agreed on the gradients' signature.
 """
 
+import logging
 import time
 
 import numpy as np
@@ -24,6 +25,7 @@ from mnframe.communicators.verdict import CommunicatorArgumentError
 from mnframe.runtime import oplog
 
 _MAX_LAYOUTS = 16
+log = logging.getLogger("mnframe.communicators")
 
 
 class MpiCommunicator(CommunicatorBase):
@@ -297,6 +299,19 @@ class MpiCommunicator(CommunicatorBase):
             self._average_named if self.size > 1 else None,
             wire_itemsize=None if fixed is None else fixed.itemsize,
         )
+        last = self.powersgd.last
+        if not self.powersgd.announced and last["elements"] < last["uncompressed_elements"]:
+            self.powersgd.announced = True
+            if self.rank == 0:
+                log.info(
+                    "powersgd: compressed averaging started (rank %d, after %d uncompressed averages): "
+                    "%d of %d bytes per step for this parameter set (1/%.0f)",
+                    self._configs["powersgd_rank"],
+                    self._configs["powersgd_start_iter"],
+                    last["bytes"],
+                    last["uncompressed_bytes"],
+                    last["uncompressed_bytes"] / max(1, last["bytes"]),
+                )
 
     def keep_layouts(self, n):
         """Keep the layouts and buffers of ``n`` parameter sets (default a few): the overlap averages

@@ -131,8 +131,10 @@ class PowerSGD:
     def __init__(self):
         self._states = {}  # id(param) -> _State (checked against a weak reference)
         self._prune_at = 256
-        self.stats = {"steps": 0, "elements": 0, "uncompressed_elements": 0, "bytes": 0}
-        self.last = {"elements": 0, "uncompressed_elements": 0, "bytes": 0}  # of the last call
+        # elements and bytes handed to the allreduces, compressed and as they would be without
+        self.stats = {"steps": 0, "elements": 0, "uncompressed_elements": 0, "bytes": 0, "uncompressed_bytes": 0}
+        self.last = {k: 0 for k in self.stats if k != "steps"}  # of the last call
+        self.announced = False  # rank 0 said that compression started
 
     # ---- state
     def state(self, param):
@@ -168,16 +170,23 @@ class PowerSGD:
             st.steps += 1
             target = mats if st.steps > start_iter and compressible(p.grad.shape, rank) else rest
             target.append((name, p, st))
+        itemsize = lambda p: wire_itemsize or p.grad.dtype.itemsize  # noqa: E731
         full = sum(int(p.grad.size) for _, p in named)
+        full_bytes = sum(int(p.grad.size) * itemsize(p) for _, p in named)
         elements = sum(int(p.grad.size) for _, p, _ in rest)
-        nbytes = sum(int(p.grad.size) * (wire_itemsize or p.grad.dtype.itemsize) for _, p, _ in rest)
+        nbytes = sum(int(p.grad.size) * itemsize(p) for _, p, _ in rest)
         if rest and average is not None:
             average([(name, p) for name, p, _ in rest])
         if mats:
             sent, sent_bytes = self._compressed(mats, rank, average, wire_itemsize)
             elements += sent
             nbytes += sent_bytes
-        self.last = {"elements": elements, "uncompressed_elements": full, "bytes": nbytes}
+        self.last = {
+            "elements": elements,
+            "uncompressed_elements": full,
+            "bytes": nbytes,
+            "uncompressed_bytes": full_bytes,
+        }
         self.stats["steps"] += 1
         for key, value in self.last.items():
             self.stats[key] += value
