@@ -108,11 +108,17 @@ def orthogonalize(a, eps=EPSILON):
             rest -= xp.sum(col * rest, axis=0) * col
 
 
-def outer_sum(p, q):
-    """``p @ q.T`` by elementwise products (the same bits wherever the inputs are the same)."""
-    out = p[:, :1] * q[:, 0]
-    for k in range(1, p.shape[1]):
-        out += p[:, k : k + 1] * q[:, k]
+def outer_sum(p, q, out=None, scratch=None):
+    """``p @ q.T`` by elementwise products, into ``out`` (the same bits wherever the inputs are the
+    same, unlike a BLAS); ``scratch``: a buffer of ``out``'s shape to reuse."""
+    xp = _xp(p)
+    pt, qt = xp.ascontiguousarray(p.T), xp.ascontiguousarray(q.T)  # contiguous columns: SIMD loops
+    out = xp.multiply(pt[0][:, None], qt[0], out=out)
+    if len(pt) > 1 and scratch is None:
+        scratch = xp.empty_like(out)
+    for k in range(1, len(pt)):
+        xp.multiply(pt[k][:, None], qt[k], out=scratch)
+        out += scratch
     return out
 
 
@@ -198,9 +204,12 @@ class PowerSGD:
             xp = _xp(grad)
             dtype = np.promote_types(grad.dtype, np.float32)
             n, m = matrix_shape(grad.shape)
-            mat = grad.reshape(n, m).astype(dtype, copy=True)
-            if st.error is not None and st.error.shape == mat.shape and st.error.dtype == dtype:
-                mat += st.error
+            if st.error is not None and st.error.shape == (n, m) and st.error.dtype == dtype:
+                mat = st.error  # M = error + gradient, in the error's buffer (it becomes the new error)
+                mat += grad.reshape(n, m)
+            else:
+                mat = grad.reshape(n, m).astype(dtype, copy=True)
+            st.error = None  # until this step's error is in ``mat``
             if st.q is None or st.q.shape != (m, rank) or st.q.dtype != dtype:
                 st.q = initial_q(name, m, rank, dtype, xp)
             else:
@@ -214,10 +223,14 @@ class PowerSGD:
             qs_local.append(mat.T @ p)
         qs = self._average(mats, [q.copy() for q in qs_local], average)
         for (_, param, st), mat, p, q, q_local in zip(mats, ms, ps, qs, qs_local):
-            st.q = q
-            st.error = mat - p @ q_local.T
-            approx = outer_sum(p, q)
-            param.grad = approx.reshape(param.grad.shape).astype(param.grad.dtype, copy=False)
+            xp = _xp(mat)
+            scratch = p @ q_local.T  # this rank's own approximation
+            mat -= scratch
+            st.q, st.error = q, mat  # error feedback: M - P Q_local^T
+            grad = param.grad
+            out = xp.empty(mat.shape, mat.dtype) if grad.dtype != mat.dtype else xp.empty(grad.shape, grad.dtype)
+            outer_sum(p, q, out=out.reshape(mat.shape), scratch=scratch)  # the same on every rank
+            param.grad = out.reshape(grad.shape).astype(grad.dtype, copy=False)
         sent = sum(int(p.size) + int(q.size) for p, q in zip(ps, qs))
         sent_bytes = sum((int(p.size) + int(q.size)) * (wire_itemsize or p.dtype.itemsize) for p, q in zip(ps, qs))
         return sent, sent_bytes
