@@ -122,3 +122,19 @@ def test_runner_config():
     assert "communicator.powersgd_rank" in _refused("communicator.powersgd_rank=0")
     assert "double_buffering" in _refused("communicator.compression=powersgd", "optimizer.double_buffering=true")
     assert "model-parallel" in _refused("recipe=mnist_model_parallel", "communicator.compression=powersgd")
+
+
+def test_float16_gradients_are_compressed_in_float32():
+    model = chainer.Chain()
+    with model.init_scope():
+        model.l = L.Linear(20, 30)
+    model.l.W.array = model.l.W.array.astype(np.float16)
+    ps = powersgd.PowerSGD()
+    for step in range(3):
+        for _, p in model.namedparams():
+            p.grad = np.random.RandomState(step).standard_normal(p.shape).astype(p.dtype)
+        ps.mean(list(sorted(model.namedparams())), 2, 1, None)
+    assert model.l.W.grad.dtype == np.float16 and np.isfinite(model.l.W.grad).all()
+    st = ps.state(model.l.W)
+    assert st.q.dtype == st.error.dtype == np.float32
+    assert np.linalg.matrix_rank(model.l.W.grad.astype(np.float64), tol=1e-2) <= 2
