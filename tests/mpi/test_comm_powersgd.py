@@ -155,8 +155,10 @@ def _train(comm, model, opt, first, last):
         opt.update(model, data.standard_normal((8, 12)).astype(np.float32), data.randint(0, 5, 8).astype(np.int32))
 
 
-def _compressed_comm(name="flat"):
-    return chainermn.create_communicator(name, compression="powersgd", powersgd_rank=RANK, powersgd_start_iter=2)
+def _compressed_comm(name="flat", wire=None):
+    return chainermn.create_communicator(
+        name, allreduce_grad_dtype=wire, compression="powersgd", powersgd_rank=RANK, powersgd_start_iter=2
+    )
 
 
 def _params(model):
@@ -181,6 +183,25 @@ def test_overlap_buckets_bitwise_as_after_backward(name, cap):
         assert other == _params(plain)
     comm.finalize()
     comm2.finalize()
+
+
+def test_overlap_with_float16_wire():
+    """The CPU default communicator, buckets and a float16 wire together: bitwise as after backward,
+    the same on every rank, and (two warm-up steps included) under half the bytes of float16 whole."""
+    runs = []
+    for overlap in (False, True):
+        comm = _compressed_comm("two_dimensional", wire="float16")
+        model, opt = _setup(comm, overlap=overlap, **({"bucket_cap_mb": 0.001} if overlap else {}))
+        _train(comm, model, opt, 0, 7)
+        opt.finalize()
+        runs.append((_params(model), dict(comm.powersgd.stats)))
+        for other in comm.mpi_comm.allgather(_params(model)):
+            assert other == _params(model)
+        comm.finalize()
+    assert runs[0][0] == runs[1][0]
+    stats = runs[0][1]
+    assert stats["steps"] == 6  # the first update only broadcasts
+    assert stats["bytes"] < stats["uncompressed_bytes"] / 2
 
 
 def test_resume_from_serialized_state_is_exact():
