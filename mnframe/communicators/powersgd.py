@@ -29,6 +29,7 @@ from a file without it, starts it afresh and says so in one line.
 
 import hashlib
 import sys
+import weakref
 
 import numpy as np
 
@@ -39,7 +40,6 @@ DEFAULT_RANK = 4
 DEFAULT_START_ITER = 10
 EPSILON = 1e-8  # Gram-Schmidt: a zero column stays zero instead of becoming NaN
 STATE_KEY = "mnframe_powersgd"  # the checkpoint keys' part that marks this (per-rank) state
-NAME = "powersgd"
 
 
 def matrix_shape(shape):
@@ -144,8 +144,7 @@ class PowerSGD:
 
     # ---- state
     def state(self, param):
-        import weakref
-
+        """This parameter's state (created empty on first use)."""
         st = self._states.get(id(param))
         if st is None or st.ref() is not param:
             if len(self._states) >= self._prune_at:  # parameters of models gone: drop their state
@@ -176,7 +175,10 @@ class PowerSGD:
             st.steps += 1
             target = mats if st.steps > start_iter and compressible(p.grad.shape, rank) else rest
             target.append((name, p, st))
-        itemsize = lambda p: wire_itemsize or p.grad.dtype.itemsize  # noqa: E731
+
+        def itemsize(p):
+            return wire_itemsize or p.grad.dtype.itemsize
+
         full = sum(int(p.grad.size) for _, p in named)
         full_bytes = sum(int(p.grad.size) * itemsize(p) for _, p in named)
         elements = sum(int(p.grad.size) for _, p, _ in rest)
@@ -227,10 +229,8 @@ class PowerSGD:
             scratch = p @ q_local.T  # this rank's own approximation
             mat -= scratch
             st.q, st.error = q, mat  # error feedback: M - P Q_local^T
-            grad = param.grad
-            out = xp.empty(mat.shape, mat.dtype) if grad.dtype != mat.dtype else xp.empty(grad.shape, grad.dtype)
-            outer_sum(p, q, out=out.reshape(mat.shape), scratch=scratch)  # the same on every rank
-            param.grad = out.reshape(grad.shape).astype(grad.dtype, copy=False)
+            out = outer_sum(p, q, out=xp.empty(mat.shape, mat.dtype), scratch=scratch)  # the same on every rank
+            param.grad = out.reshape(param.grad.shape).astype(param.grad.dtype, copy=False)
         sent = sum(int(p.size) + int(q.size) for p, q in zip(ps, qs))
         sent_bytes = sum((int(p.size) + int(q.size)) * (wire_itemsize or p.dtype.itemsize) for p, q in zip(ps, qs))
         return sent, sent_bytes
