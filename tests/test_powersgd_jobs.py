@@ -54,3 +54,14 @@ def test_resume_is_bitwise_the_uninterrupted_run_and_a_resize_starts_afresh(tmp_
     assert "world size 2 -> 3" in grown.stderr, grown.stderr[-3000:]
     afresh = [line for line in grown.stderr.splitlines() if "starts afresh" in line]
     assert afresh == ["mnframe powersgd: compression state (Q, error feedback) starts afresh: the world size changed"]
+
+
+@pytest.mark.slow
+def test_bench_prints_float32_and_powersgd_bytes_under_a_twentieth():
+    result = run_mpi([str(REPO / "bench" / "bench_powersgd_bytes.py")], n=2, timeout=TIMEOUT, cwd=str(REPO))
+    assert not result.timed_out and result.returncode == 0, result.output[-4000:]
+    lines = {line.split("  ")[0]: line.split() for line in result.stdout.splitlines()}
+    assert lines["float32"][1:3] == ["1796010", "7184040"]
+    assert lines["powersgd rank 4"][3:5] == ["21186", "84744"]
+    assert "counted in the communicator: powersgd 84744 bytes" in result.stdout
+    assert "powersgd / float32 = 1/84.8 (target: at most 1/20): ok" in result.stdout
