@@ -290,7 +290,10 @@ def _host(a):
 
 
 def _to_device(a, param):
+    """A loaded array on the device of ``param`` (NumPy while the parameter has no array yet)."""
     a = np.array(a)
     if param.array is None or isinstance(param.array, np.ndarray):
         return a
-    return _xp(param.array).asarray(a)
+    from chainer import backend
+
+    return backend.get_device_from_array(param.array).send(a)
