@@ -52,6 +52,34 @@ def communicator_issues(cfg: CommunicatorConfig, has_cuda: bool, device: Optiona
     return issues
 
 
+def compression_issues(cfg: CommunicatorConfig, topology, optimizer) -> List[ConfigIssue]:
+    """``communicator.compression=powersgd`` is refused where it is not made to work: a
+    model-parallel topology and double buffering (docs/powersgd.md)."""
+    if cfg.compression == "none":
+        return []
+    issues = []
+    if isinstance(topology, ModelParallelTopology):
+        issues.append(
+            ConfigIssue(
+                "communicator.compression",
+                "powersgd is not supported with a model-parallel topology",
+                value=cfg.compression,
+                allowed="communicator.compression=none, or topology=data_parallel",
+            )
+        )
+    if optimizer is not None and optimizer.double_buffering:
+        issues.append(
+            ConfigIssue(
+                "communicator.compression",
+                "powersgd is not supported with optimizer.double_buffering",
+                value=cfg.compression,
+                allowed="communicator.compression=none, or optimizer.double_buffering=false "
+                "(optimizer.overlap=true works with it)",
+            )
+        )
+    return issues
+
+
 @dataclass
 class Communicators:
     """``world`` (all ranks), ``model`` (this rank's model-parallel group; the
@@ -63,7 +91,14 @@ class Communicators:
 
 
 def build_communicators(cfg: CommunicatorConfig, topology) -> Communicators:
-    world = create_communicator(cfg.name, allreduce_grad_dtype=cfg.allreduce_grad_dtype, batched_copy=cfg.batched_copy)
+    world = create_communicator(
+        cfg.name,
+        allreduce_grad_dtype=cfg.allreduce_grad_dtype,
+        batched_copy=cfg.batched_copy,
+        compression=cfg.compression,
+        powersgd_rank=cfg.powersgd_rank,
+        powersgd_start_iter=cfg.powersgd_start_iter,
+    )
     if not isinstance(topology, ModelParallelTopology):
         return Communicators(world=world, model=world, data=world)
     g = topology.group_size

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from mnframe.builder.communicator import communicator_issues
+from mnframe.builder.communicator import communicator_issues, compression_issues
 from mnframe.builder.data import dataset_issues, source_issues
 from mnframe.builder.extensions import extension_issues
 from mnframe.builder.model import model_issues
@@ -48,6 +48,7 @@ def _world_issues(s: Dict[str, Any], world_size: Optional[int], has_cuda: bool) 
     device, issues = device_issues(s, has_cuda)
     if "communicator" in s:
         issues += communicator_issues(s["communicator"], has_cuda, device)
+        issues += compression_issues(s["communicator"], s.get("topology"), s.get("optimizer"))
     dp_width, graph_issues = topology_issues(s.get("topology"), world_size)
     issues += graph_issues
     if "dataset" in s:

@@ -20,6 +20,7 @@ import os
 
 from mnframe.checkpoint import layout as layouts
 from mnframe.checkpoint.manifest import outside_problem
+from mnframe.checkpoint.trainer_io import is_per_rank
 from mnframe.runtime.errors import ConfigError, ResumeFailed
 from mnframe.utils import collectives
 from mnframe.utils.safe_npz import SafeNpz, UnsafeFile
@@ -44,14 +45,15 @@ def param_keys(trainer):
 
 
 def state_digest(path, params=None):
-    """SHA-256 over the names, dtypes, shapes and bytes of ``path``'s optimizer arrays and its
+    """SHA-256 over the names, dtypes, shapes and bytes of ``path``'s optimizer arrays (not the
+    per-rank ones: ``trainer_io.PER_RANK_KEYS``) and its
     parameter arrays (``params``: their keys; None, or none of them in the file: every
     ``updater/model:`` array)."""
     h = hashlib.sha256()
     with SafeNpz(path) as npz:
         model = [k for k in npz.files if k.startswith(MODEL_PREFIX)]
         chosen = [k for k in model if params is None or k in params] or model  # none named: compare all
-        keys = chosen + [k for k in npz.files if k.startswith(OPTIMIZER_PREFIX)]
+        keys = chosen + [k for k in npz.files if k.startswith(OPTIMIZER_PREFIX) and not is_per_rank(k)]
         for key in sorted(keys):
             value = npz[key]
             h.update(f"{key}|{value.dtype.str}|{value.shape}\n".encode())

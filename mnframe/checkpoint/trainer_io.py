@@ -15,6 +15,7 @@ import os
 
 from mnframe.checkpoint.layout import rank_file
 from mnframe.checkpoint.manifest import outside_problem
+from mnframe.communicators.powersgd import STATE_KEY as POWERSGD_KEY
 from mnframe.communicators.verdict import distinct
 from mnframe.runtime.errors import ResumeFailed
 from mnframe.utils import collectives
@@ -23,7 +24,9 @@ from mnframe.utils.npz import WriteFailed, payload_bytes, serialize, write_npz
 from mnframe.utils.safe_npz import UnsafeFile, load_npz
 
 RNG_KEY = "mnframe_rng"
-PER_RANK_KEYS = ("updater/iterator:", f"/{RNG_KEY}/")
+# each rank's own state: skipped when a resize loads another rank's file, and not compared between
+# replicas (the iterators' positions, random states, PowerSGD's error feedback and Q)
+PER_RANK_KEYS = ("updater/iterator:", f"/{RNG_KEY}/", f"/{POWERSGD_KEY}/")
 
 
 def save_trainer(directory, trainer, rank):
@@ -47,7 +50,8 @@ def write_rank_arrays(directory, rank, arrays):
     return name
 
 
-def _is_per_rank(key):
+def is_per_rank(key):
+    """Whether archive ``key`` holds state of its own rank only (``PER_RANK_KEYS``)."""
     return any(part in key for part in PER_RANK_KEYS)
 
 
@@ -63,7 +67,7 @@ def load_trainer(directory, manifest, trainer, comm, source=None):
     try:
         unsafe = outside_problem(directory, name)
         if unsafe is None:
-            load_npz(path, trainer, ignore_names=_is_per_rank if resharded else None)
+            load_npz(path, trainer, ignore_names=is_per_rank if resharded else None)
     except UnsafeFile as exc:
         unsafe = str(exc)
     except Exception as exc:

@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from mnframe.communicators.powersgd import DEFAULT_RANK, DEFAULT_START_ITER
+
 # allreduce_grad_dtype='auto': float16 on the wire where the first calls measure it faster
 # (wire_choice.py). Named here, in a module that needs no MPI, so `--check` runs without one.
 WIRE_AUTO = "auto"
@@ -24,10 +26,32 @@ def _grad_dtype(value):
     return dtype
 
 
+# compression='powersgd': low-rank gradients with error feedback (powersgd.py)
+COMPRESSIONS = ("none", "powersgd")
+
+
+def _compression(value):
+    if value is None or value in COMPRESSIONS:
+        return None if value in (None, "none") else value
+    raise ValueError(f"compression={value!r}: expected one of {', '.join(COMPRESSIONS)} (or None)")
+
+
+def _count(what, low):
+    def check(value):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{what}={value!r}: expected an integer >= {low}")
+        return int(value)
+
+    return check
+
+
 # name -> (default, validator returning the normalised value)
 CONFIGS = {
     "batched_copy": (False, bool),
     "allreduce_grad_dtype": (None, _grad_dtype),
+    "compression": (None, _compression),
+    "powersgd_rank": (DEFAULT_RANK, _count("powersgd_rank", 1)),
+    "powersgd_start_iter": (DEFAULT_START_ITER, _count("powersgd_start_iter", 0)),
 }
 
 

@@ -4,7 +4,7 @@ import difflib
 import logging
 
 from mnframe._import_path import resolve as _resolve  # "module:Class" -> the class
-from mnframe.communicators import config, registry
+from mnframe.communicators import config, powersgd, registry
 
 log = logging.getLogger("mnframe.communicators")
 SHARED_GPU_NAME = "non_cuda_aware"  # averages through host memory: any number of ranks per GPU
@@ -31,7 +31,16 @@ def _check_device(name):
         )
 
 
-def create_communicator(communicator_name=None, mpi_comm=None, allreduce_grad_dtype=None, batched_copy=True):
+def create_communicator(
+    communicator_name=None,
+    mpi_comm=None,
+    allreduce_grad_dtype=None,
+    batched_copy=True,
+    *,
+    compression=None,
+    powersgd_rank=powersgd.DEFAULT_RANK,
+    powersgd_start_iter=powersgd.DEFAULT_START_ITER,
+):
     """Create a communicator.
 
     ``communicator_name``: a key of ``registry.COMMUNICATORS``; None picks
@@ -43,6 +52,11 @@ def create_communicator(communicator_name=None, mpi_comm=None, allreduce_grad_dt
     on GPUs, pack and unpack gradients in one kernel per dtype pair; True by
     default as in ChainerMN 7.8.1 (the older API reference says False); no
     effect on CPU arrays.
+
+    mnframe's own keywords (not in ChainerMN): ``compression='powersgd'`` averages
+    matrix gradients as rank-``powersgd_rank`` factors with error feedback, after
+    ``powersgd_start_iter`` uncompressed averages of each parameter
+    (``mnframe.communicators.powersgd``, docs/powersgd.md); None (or 'none'): exact averages.
     """
     if mpi_comm is None:
         from mpi4py import MPI
@@ -51,13 +65,20 @@ def create_communicator(communicator_name=None, mpi_comm=None, allreduce_grad_dt
     name = default_name(mpi_comm) if communicator_name is None else communicator_name
     _check_name(name)
     config.check("allreduce_grad_dtype", allreduce_grad_dtype)
+    compressed = {
+        "compression": compression,
+        "powersgd_rank": powersgd_rank,
+        "powersgd_start_iter": powersgd_start_iter,
+    }
+    for key, value in compressed.items():
+        config.check(key, value)
     _check_device(name)
     if registry.COMMUNICATORS[name].needs_cuda:
         from mnframe import cuda_env
 
         cuda_env.quiet_cudnn_warning(mpi_comm.rank)  # one note on rank 0 on CuPy 14 (no cuDNN)
     cls = _resolve(registry.COMMUNICATORS[name].class_path)
-    comm = cls(mpi_comm=mpi_comm, allreduce_grad_dtype=allreduce_grad_dtype, batched_copy=batched_copy)
+    comm = cls(mpi_comm=mpi_comm, allreduce_grad_dtype=allreduce_grad_dtype, batched_copy=batched_copy, **compressed)
     _notify_activation(comm)
     return comm
 

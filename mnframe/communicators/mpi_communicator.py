@@ -11,6 +11,7 @@ module are averaged; that is collective, and every rank reaches it at the same
 call because the ranks have just agreed on the gradients' signature.
 """
 
+import logging
 import time
 
 import numpy as np
@@ -18,12 +19,13 @@ from mpi4py import MPI
 
 from mnframe._import_path import resolve
 from mnframe.communicators import array_collectives as pc
-from mnframe.communicators import config, object_ops, packing, topology, wire_choice
+from mnframe.communicators import config, object_ops, packing, powersgd, topology, wire_choice
 from mnframe.communicators.base import CommunicatorBase
 from mnframe.communicators.verdict import CommunicatorArgumentError
 from mnframe.runtime import oplog
 
 _MAX_LAYOUTS = 16
+log = logging.getLogger("mnframe.communicators")
 
 
 class MpiCommunicator(CommunicatorBase):
@@ -46,12 +48,24 @@ class MpiCommunicator(CommunicatorBase):
         """The array modules whose gradients this communicator averages."""
         return frozenset(cls.reducers)
 
-    def __init__(self, mpi_comm=None, allreduce_grad_dtype=None, batched_copy=False):
+    def __init__(
+        self,
+        mpi_comm=None,
+        allreduce_grad_dtype=None,
+        batched_copy=False,
+        compression=None,
+        powersgd_rank=powersgd.DEFAULT_RANK,
+        powersgd_start_iter=powersgd.DEFAULT_START_ITER,
+    ):
         self._comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         self._owns_comm = False
         self._configs.update(config.defaults())
         self.set_config("allreduce_grad_dtype", allreduce_grad_dtype)
         self.set_config("batched_copy", batched_copy)
+        self.set_config("compression", compression)
+        self.set_config("powersgd_rank", powersgd_rank)
+        self.set_config("powersgd_start_iter", powersgd_start_iter)
+        self.powersgd = powersgd.PowerSGD()  # compression state, shared with this communicator's splits
         self._topo = topology.discover(self._comm)
         self._reducers = {}  # array module -> reducer, created on first use
         self._finalized = False
@@ -89,12 +103,16 @@ class MpiCommunicator(CommunicatorBase):
 
     batched_copy = config.attribute("batched_copy")
     allreduce_grad_dtype = config.attribute("allreduce_grad_dtype")
+    compression = config.attribute("compression")
+    powersgd_rank = config.attribute("powersgd_rank")
+    powersgd_start_iter = config.attribute("powersgd_start_iter")
 
     def split(self, color, key):
         with oplog.op("split"):
             sub = self._comm.Split(color, key)
         comm = type(self)(mpi_comm=sub, **{name: self._configs[name] for name in config.CONFIGS})
         comm._owns_comm = True
+        comm.powersgd = self.powersgd  # kept per parameter: the overlap's bucket communicator continues it
         return comm
 
     def finalize(self):
@@ -191,16 +209,14 @@ class MpiCommunicator(CommunicatorBase):
         on some ranks only raises CommunicatorArgumentError on every rank.
         In Chainer's debug mode (``chainer.set_debug(True)``), a NaN or inf in the
         averaged gradients raises ValueError, as ChainerMN does.
+        With ``compression='powersgd'`` matrices are averaged as low-rank factors
+        with error feedback (``powersgd.py``), at any number of ranks.
         """
         params, sig = packing.describe(model, zero_fill)
-        wire = self._configs["allreduce_grad_dtype"]
-        choice_key = None
-        if wire == config.WIRE_AUTO and self.size > 1:
-            choice_key = packing.signature_key(sig, None)
-            wire = self._wire_choice.wire_for(choice_key)
-        key = None
+        compression = self._compression_key()
+        wire, choice_key = self._wire_for(sig)
         if self.size > 1:  # one rank has nobody to disagree with: no hash, no collective
-            key = packing.signature_key(sig, wire)
+            key = packing.signature_key((sig, compression) if compression else sig, wire)
             self._agree_on_params(sig, "multi_node_mean_grad", key)
         devices = {s[4] for s in sig if s[3]}
         accepted = self.grad_devices()
@@ -211,34 +227,98 @@ class MpiCommunicator(CommunicatorBase):
                 f"that device (CPU: two_dimensional, ...; GPU: pure_nccl, non_cuda_aware) or move "
                 f"the whole model (model.to_cpu() / model.to_gpu())"
             )
-        if self.size == 1:
-            # The mean over one rank is the gradient itself: no packing, no copy
-            # (and no rounding through a narrower allreduce_grad_dtype).
-            for _, p in params:
-                if p.grad is None and zero_fill:
-                    p.grad = p.xp.zeros_like(p.array)
+        if compression:
+            self._powersgd_mean(params, sig, wire)
         else:
-            reducer = self._reducer_for(devices.pop()) if devices else None
-            layout = self._layouts.get(key)
-            if layout is None:
-                if len(self._layouts) >= self._max_layouts:
-                    self._layouts.clear()
-                # the strategy may keep some dtypes in memory and use ``wire`` between nodes only
-                layout_dtype = wire if reducer is None else reducer.layout_dtype(wire)
-                layout = self._layouts[key] = packing.build_layout(params, sig, layout_dtype, wire)
-            if layout.groups:
-                start = time.perf_counter()
-                reducer.mean(layout, params)
-                if choice_key is not None:
-                    self._wire_choice.record(self._comm, choice_key, wire, time.perf_counter() - start)
+            self._mean(params, sig, wire, choice_key, zero_fill)
         import chainer  # already loaded: the model is a Chainer link
 
         if chainer.is_debug():
             _ensure_all_finite(params)
 
+    def _compression_key(self):
+        """What the ranks must agree on about compression (None: off)."""
+        if self._configs["compression"] is None:
+            return None
+        return tuple(self._configs[n] for n in ("compression", "powersgd_rank", "powersgd_start_iter"))
+
+    def _wire_for(self, sig):
+        """(the wire dtype for gradients of ``sig``, the 'auto' choice's key or None)."""
+        wire = self._configs["allreduce_grad_dtype"]
+        if wire == config.WIRE_AUTO and self.size > 1:
+            choice_key = packing.signature_key(sig, None)
+            return self._wire_choice.wire_for(choice_key), choice_key
+        return wire, None
+
+    def _mean(self, params, sig, wire, choice_key, zero_fill):
+        """The uncompressed average of the described ``params`` (the ranks agree on ``sig``)."""
+        if self.size == 1:
+            # The mean over one rank is the gradient itself: no packing, no copy
+            # (and no rounding through a narrower allreduce_grad_dtype).
+            if zero_fill:
+                for _, p in params:
+                    if p.grad is None:
+                        p.grad = p.xp.zeros_like(p.array)
+            return
+        devices = {s[4] for s in sig if s[3]}
+        reducer = self._reducer_for(devices.pop()) if devices else None
+        key = packing.signature_key(sig, wire)
+        layout = self._layouts.get(key)
+        if layout is None:
+            if len(self._layouts) >= self._max_layouts:
+                self._layouts.clear()
+            # the strategy may keep some dtypes in memory and use ``wire`` between nodes only
+            layout_dtype = wire if reducer is None else reducer.layout_dtype(wire)
+            layout = self._layouts[key] = packing.build_layout(params, sig, layout_dtype, wire)
+        if layout.groups:
+            start = time.perf_counter()
+            reducer.mean(layout, params)
+            if choice_key is not None:
+                self._wire_choice.record(self._comm, choice_key, wire, time.perf_counter() - start)
+
+    def _average_named(self, named):
+        """The uncompressed average of [(name, obj with .array and .grad)], every gradient set
+        (the parts PowerSGD sends: shapes derived from parameters the ranks agreed on)."""
+        params, sig = packing.describe(_Named(named), False)
+        wire, choice_key = self._wire_for(sig)
+        self._mean(params, sig, wire, choice_key, False)
+
+    def _powersgd_mean(self, params, sig, wire):
+        named = []
+        for (name, p), s in zip(params, sig):
+            if not s[3]:
+                continue
+            if p.grad is None:  # zero_fill
+                p.grad = p.xp.zeros_like(p.array)
+            named.append((name, p))
+        fixed = None if wire in (None, config.WIRE_AUTO) else np.dtype(wire)
+        self.powersgd.mean(
+            named,
+            self._configs["powersgd_rank"],
+            self._configs["powersgd_start_iter"],
+            self._average_named if self.size > 1 else None,
+            wire_itemsize=None if fixed is None else fixed.itemsize,
+        )
+        last = self.powersgd.last
+        if not self.powersgd.announced and last["elements"] < last["uncompressed_elements"]:
+            self.powersgd.announced = True
+            if self.rank == 0:
+                log.info(
+                    "powersgd: compressed averaging started (rank %d, after %d uncompressed averages): "
+                    "%d of %d bytes per step for this parameter set (1/%.0f)",
+                    self._configs["powersgd_rank"],
+                    self._configs["powersgd_start_iter"],
+                    last["bytes"],
+                    last["uncompressed_bytes"],
+                    last["uncompressed_bytes"] / max(1, last["bytes"]),
+                )
+
     def keep_layouts(self, n):
         """Keep the layouts and buffers of ``n`` parameter sets (default a few): the overlap averages
-        each bucket of a model as a parameter set of its own, every step."""
+        each bucket of a model as a parameter set of its own, every step (three with compression:
+        the uncompressed part, P and Q)."""
+        if self._configs["compression"] is not None:
+            n *= 3
         self._max_layouts = max(_MAX_LAYOUTS, n)
         self._kept_buffers = max(self._kept_buffers, n)
         for reducer in self._reducers.values():
@@ -269,6 +349,16 @@ class MpiCommunicator(CommunicatorBase):
         raise CommunicatorArgumentError(
             f"{what}: the ranks disagree on the model's parameters\n" + _describe_mismatch(sigs)
         )
+
+
+class _Named:
+    """A stand-in link over [(name, obj)]: what ``packing.describe`` reads (``namedparams``)."""
+
+    def __init__(self, named):
+        self._named = named
+
+    def namedparams(self):
+        return iter(self._named)
 
 
 def _ensure_all_finite(params):
@@ -321,4 +411,4 @@ def _describe_mismatch(sigs, limit=8):
                 )
             if len(lines) >= limit:
                 return "\n".join(lines + ["  ..."])
-    return "\n".join(lines) or "  (the same parameters, but a different allreduce_grad_dtype)"
+    return "\n".join(lines) or "  (the same parameters, but a different allreduce_grad_dtype or compression)"

@@ -27,8 +27,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PositiveInt, Tag, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    Tag,
+    field_validator,
+)
 
+from mnframe.communicators.powersgd import DEFAULT_RANK, DEFAULT_START_ITER
 from mnframe.config.checkpoint import CheckpointConfig, ResumeMode
 from mnframe.config.extensions import Extensions
 from mnframe.config.fields import Unit
@@ -71,6 +82,10 @@ class CommunicatorConfig(Strict):
     # auto: float16 on the wire where the first calls measure it faster (communicators/wire_choice.py)
     allreduce_grad_dtype: Optional[Literal["float16", "float32", "float64", "auto"]] = None
     batched_copy: bool = False
+    # powersgd: low-rank gradients with error feedback (communicators/powersgd.py, docs/powersgd.md)
+    compression: Literal["none", "powersgd"] = "none"
+    powersgd_rank: PositiveInt = DEFAULT_RANK  # columns of P and Q
+    powersgd_start_iter: NonNegativeInt = DEFAULT_START_ITER  # uncompressed averages first, per parameter
 
 
 # -- optimizer ---------------------------------------------------------------

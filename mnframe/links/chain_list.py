@@ -94,6 +94,8 @@ class MultiNodeChainList(chainer.ChainList):
         comm: mnframe communicator (any, including one made by ``comm.split``).
     """
 
+    mnframe_model_parallel = True  # create_multi_node_optimizer refuses gradient compression with it
+
     def __init__(self, comm):
         super().__init__()
         self._comm = comm

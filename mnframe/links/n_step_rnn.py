@@ -20,6 +20,8 @@ from mnframe.functions.point_to_point import recv, send
 class MultiNodeNStepRNN(chainer.Chain):
     """An ``NStepRNNBase`` link whose states come from / go to other ranks."""
 
+    mnframe_model_parallel = True  # create_multi_node_optimizer refuses gradient compression with it
+
     def __init__(self, link, communicator, rank_in=None, rank_out=None):
         if not isinstance(link, NStepRNNBase):
             raise ValueError(

@@ -39,6 +39,7 @@ import chainer
 import numpy as np
 
 from mnframe._import_path import resolve
+from mnframe.communicators.powersgd import STATE_KEY as POWERSGD_KEY  # per rank (checkpoint/trainer_io.py)
 from mnframe.optimizers.double_buffering import StaleGradientAverager
 from mnframe.utils import collectives
 
@@ -61,6 +62,26 @@ _LOADED = "loaded"  # _update_layout after loading a file whose broadcast was do
 # double buffering's gradient sums in flight, per wire dtype (float16 travels as float32)
 PENDING_SUM_KEY = "double_buffering_sum_{}"
 _WIRE_DTYPES = ("float32", "float64")
+
+
+def _compression(communicator):
+    get = getattr(communicator, "get_config", None)
+    try:
+        return None if get is None else get("compression")
+    except KeyError:  # a communicator without compression
+        return None
+
+
+def _refuse_model_parallel(communicator, link):
+    """PowerSGD is not made for model-parallel links (their ranks hold different parameters)."""
+    if _compression(communicator) is None:
+        return
+    parts = [type(sub).__name__ for sub in link.links() if getattr(sub, "mnframe_model_parallel", False)]
+    if parts:
+        raise ValueError(
+            f"create_multi_node_optimizer: compression={_compression(communicator)!r} is not supported with "
+            f"model-parallel links ({parts[0]}); use a communicator without compression for this model"
+        )
 
 
 def _layout(target):
@@ -133,6 +154,7 @@ class _MultiNodeOptimizer:
 
     def setup(self, link):
         """Set up the real optimizer on ``link``, broadcast rank 0's parameters; returns the wrapper."""
+        _refuse_model_parallel(self.communicator, link)
         self.actual_optimizer.setup(link)
         self._sync_if_changed(link)
         _init_rule_states(link)  # a checkpoint written before the first step loads, too
@@ -227,6 +249,15 @@ class _MultiNodeOptimizer:
         else:
             serializer(BROADCAST_DONE_KEY, int(done))
         self._serialize_pending(serializer)
+        self._serialize_compression(serializer)
+
+    def _serialize_compression(self, serializer):
+        """PowerSGD's Q and error feedback of this rank (``communicators/powersgd.py``)."""
+        target = self.actual_optimizer.target
+        if _compression(self.communicator) is None or target is None:
+            return
+        comm = self.communicator
+        comm.powersgd.serialize(serializer[POWERSGD_KEY], target, comm.size, say_rank0=comm.rank == 0)
 
     def _serialize_pending(self, serializer):
         """Double buffering (MPI): the gradient sums in flight, so a resume steps with them."""
@@ -312,6 +343,11 @@ def create_multi_node_optimizer(
         raise ValueError(
             "create_multi_node_optimizer: overlap=True and double_buffering=True both overlap the averaging; "
             "pick one (overlap keeps every step's own average, double buffering steps one update stale)"
+        )
+    if double_buffering and _compression(communicator) is not None:
+        raise ValueError(
+            f"create_multi_node_optimizer: double_buffering=True is not supported with the communicator's "
+            f"compression={_compression(communicator)!r}; use overlap=True, or a communicator without compression"
         )
     if bucket_cap_mb is not None and not (isinstance(bucket_cap_mb, (int, float)) and bucket_cap_mb > 0):
         raise ValueError(f"create_multi_node_optimizer: bucket_cap_mb must be a positive number, got {bucket_cap_mb!r}")

@@ -52,6 +52,8 @@ CASES = [
     ("train-nccl-fake1-2", "test_gpu_train.py", 2, {"MNFRAME_GPU_NAMES": "two_dimensional", **FAKE1}, 1),
     ("train-nccl-fake1-3", "test_gpu_train.py", 3, {"MNFRAME_GPU_NAMES": "hierarchical", **FAKE1}, 1),
     ("shared-2", "test_gpu_shared.py", 2, {"CUDA_VISIBLE_DEVICES": "0"}, 1),  # both ranks on one GPU
+    ("powersgd-host-2", "test_gpu_powersgd.py", 2, {"MNFRAME_GPU_NAMES": "non_cuda_aware,flat"}, 1),
+    ("powersgd-nccl-fake1-3", "test_gpu_powersgd.py", 3, {"MNFRAME_GPU_NAMES": "two_dimensional", **FAKE1}, 1),
     ("nccl-2", "test_gpu_comm.py", 2, {"MNFRAME_GPU_NAMES": NCCL_NAMES}, 2),
     (
         "nccl-2x2nodes",

@@ -22,6 +22,9 @@ def comm():
 
 # -- configuration
 
+# mnframe's own configs (docs/powersgd.md), listed by get_config() beside ChainerMN's two
+POWERSGD_OFF = {"compression": None, "powersgd_rank": 4, "powersgd_start_iter": 10}
+
 
 def test_batched_copy_is_a_config_and_an_attribute(comm):
     assert comm.batched_copy is True and comm.get_config("batched_copy") is True  # create_communicator's default
@@ -31,7 +34,7 @@ def test_batched_copy_is_a_config_and_an_attribute(comm):
     assert other.batched_copy is True and other.get_config("batched_copy") is True
     other.batched_copy = 0  # assigning is set_config: checked and normalised
     assert other.get_config("batched_copy") is False
-    assert other.get_config() == {"batched_copy": False, "allreduce_grad_dtype": None}
+    assert other.get_config() == {"batched_copy": False, "allreduce_grad_dtype": None, **POWERSGD_OFF}
     with pytest.raises(ValueError, match="unknown communicator config 'blah blah blah'"):
         other.set_config("blah blah blah")
     with pytest.raises(KeyError):  # ChainerMN's get_config raises KeyError for a name it never saw
@@ -50,7 +53,7 @@ def test_config_scope_records_attributes_per_instance(comm):
     assert "not_a_config" not in other._configs
     assert "foobar" not in comm._configs  # ChainerMN's class-level dict would share it
     sub = other.split(0, other.rank)  # the known configs travel, the scope's extras do not
-    assert sub.get_config() == {"batched_copy": True, "allreduce_grad_dtype": None}
+    assert sub.get_config() == {"batched_copy": True, "allreduce_grad_dtype": None, **POWERSGD_OFF}
     sub.finalize()
     other.finalize()
 

@@ -87,7 +87,13 @@ def test_signature_tracks_missing_grads_and_zero_fill():
 
 
 def test_config_table():
-    assert config.defaults() == {"batched_copy": False, "allreduce_grad_dtype": None}
+    assert config.defaults() == {
+        "batched_copy": False,
+        "allreduce_grad_dtype": None,
+        "compression": None,  # PowerSGD (docs/powersgd.md)
+        "powersgd_rank": 4,
+        "powersgd_start_iter": 10,
+    }
     assert config.check("allreduce_grad_dtype", "float16") == np.float16
     with pytest.raises(ValueError, match="unknown communicator config 'nope'; known: allreduce_grad_dtype"):
         config.check("nope", 1)

@@ -100,7 +100,14 @@ def test_config_group_is_generated_from_the_registry():
     assert list_group_options("communicator") == sorted([registry.AUTO, *registry.COMMUNICATORS])
     for name in [registry.AUTO, *registry.COMMUNICATORS]:
         cfg = compose([f"communicator={name}"])
-        assert cfg["communicator"] == {"name": name, "allreduce_grad_dtype": None, "batched_copy": False}
+        assert cfg["communicator"] == {
+            "name": name,
+            "allreduce_grad_dtype": None,
+            "batched_copy": False,
+            "compression": "none",
+            "powersgd_rank": 4,
+            "powersgd_start_iter": 10,
+        }
 
 
 def test_create_communicator_signature():
@@ -112,7 +119,13 @@ def test_create_communicator_signature():
         ("mpi_comm", None),
         ("allreduce_grad_dtype", None),
         ("batched_copy", True),  # ChainerMN 7.8.1's default (the older API reference says False)
+        # mnframe's own, keyword-only (docs/powersgd.md)
+        ("compression", None),
+        ("powersgd_rank", 4),
+        ("powersgd_start_iter", 10),
     ]
+    kinds = [p.kind for p in sig.parameters.values()]
+    assert kinds[4:] == [inspect.Parameter.KEYWORD_ONLY] * 3
     import mnframe
 
     assert mnframe.create_communicator is create_communicator
