@@ -1,9 +1,10 @@
 """Every figure in README.md and docs/*.md can be reproduced: scan them and fail on one that cannot.
 
 A figure is a measured-looking number: a duration (`35 s`, `2.5 ms`, `17 min`), a ratio
-(`1.3x`, `2×`), a percentage (`98.6 %`) or a rate (`900 examples/s`, `0.9 Gbit/s`, `ns per`).
-Each block that holds one (a paragraph, one table row, or a fenced code block, which also takes
-the tags of a paragraph that runs straight into it) must say where the figure comes from, in one
+(`1.3x`, `2×`), a percentage (`98.6 %`), a rate (`900 examples/s`, `0.9 Gbit/s`, `ns per`) or an
+accuracy or loss written as a plain number (`validation accuracy 0.95`). Each block that holds
+one (a paragraph, one table row, or a fenced code block; a table or fence takes the tags of the
+lines straight above it) must say where the figure comes from, in one
 of three ways:
 
 * it names ``BENCHMARKS.md`` (the measurement log, each entry with its command): every number
@@ -36,6 +37,8 @@ FIGURE = re.compile(
     r"(?P<unit>ms|s|sec|seconds?|min|minutes?|h|hours?|x|×|%|examples/s|images/s|it/s|"
     r"[KMG]i?B/s|[MG]bit/s|ns per)(?![\w/])"
 )
+# an accuracy or a loss written as a plain number ("validation accuracy 0.95", "loss 2.10, 1.19")
+SCORE = re.compile(r"(?<![\w/])(?:accuracy|loss)(?:es)?\s+(?:of\s+)?(?P<num>\d+\.\d+)")
 # "2 x 2" (nodes x ranks) is a shape, not a ratio: a ratio's x follows the number directly
 SHAPE = re.compile(r"^\d+(?:\.\d+)?\s(?:x)$")
 TAG = re.compile(r"<!--\s*(figure|setting):(.*?)-->", re.S)
@@ -56,9 +59,10 @@ class Figure:
     numbers: List[str]
 
 
-def blocks(path: Path) -> Iterator[Block]:
-    """Paragraphs, table rows (one block each) and fenced code blocks of a Markdown file."""
-    lines = path.read_text().split("\n")
+def blocks(path: Path, text: Optional[str] = None) -> Iterator[Block]:
+    """Paragraphs, table rows (one block each) and fenced code blocks of a Markdown file
+    (``text``: its contents, when not read from ``path``)."""
+    lines = (path.read_text() if text is None else text).split("\n")
     i, current, start = 0, [], 0
 
     def flush():
@@ -80,9 +84,14 @@ def blocks(path: Path) -> Iterator[Block]:
             yield from flush()
             current = []
         elif line.lstrip().startswith("|"):
+            # each row is a block; tags on the lines straight above the table apply to every row
+            inherited = [m.group(0) for m in TAG.finditer("\n".join(current))]
             yield from flush()
             current = []
-            yield Block(path, i + 1, line)
+            while i < len(lines) and lines[i].lstrip().startswith("|"):
+                yield Block(path, i + 1, "\n".join([*inherited, lines[i]]))
+                i += 1
+            continue
         elif not line.strip():
             yield from flush()
             current = []
@@ -101,6 +110,8 @@ def figures(block: Block) -> List[Figure]:
         if m.group("unit") == "x" and SHAPE.match(m.group(0)):
             continue
         found.append(Figure(block, m.group(0), re.findall(NUMBER, m.group("num"))))
+    for m in SCORE.finditer(text):
+        found.append(Figure(block, m.group(0), [m.group("num")]))
     return found
 
 
@@ -119,7 +130,10 @@ def fields(body: str) -> dict:
 
 
 def _has_number(text: str, number: str) -> bool:
-    return re.search(rf"(?<![\d.]){re.escape(number)}(?![\d]|\.\d)", text) is not None
+    """``number`` occurs in ``text`` as a whole number (5 matches 5 and 5.0, not 15 or 5.5)."""
+    if "." in number:
+        number = number.rstrip("0").rstrip(".")
+    return re.search(rf"(?<![\d.]){re.escape(number)}(?:\.0+)?(?!\d|\.\d)", text) is not None
 
 
 def tag_problems(where: str, block_tags, pending: bool) -> List[str]:
