@@ -38,7 +38,7 @@ def readme_done_line():
 
 def done_fields(line):
     """The shape of a done line: its words with numbers and paths taken out."""
-    line = re.sub(r"\S*/(?=[\w.]+(?:[;,]|$))", "<dir>/", line)  # any directory -> <dir>
+    line = re.sub(r"(?<!\S)(?:/|runs/)[^\s;,]*/([^/\s;,]+)", r"<dir>/\1", line)  # a file's directory -> <dir>
     return re.sub(r"\d+(?:\.\d+)?", "N", line)
 
 
