@@ -1,8 +1,11 @@
 """The README's main job, run as the README writes it, against the figures the README states:
-its time (within the tolerance of its figure tag), its validation accuracy, and its done line
-(the same fields, model.safetensors included). scripts/check_figures.py points here."""
+its time (within the tolerance of its figure tag; the upper bound grows with the load average
+when the shared machine is busier than at the measurement, which the tag records), its
+validation accuracy, and its done line (the same fields, model.safetensors included).
+scripts/check_figures.py points here."""
 
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -46,7 +49,7 @@ def test_the_readme_states_the_main_job_and_its_command():
     tag = main_job_tag()
     text = README.read_text()
     assert "bash scripts/setup.sh && .venv/bin/mpiexec -n 2 .venv/bin/python -m mnframe" in text
-    assert float(tag["value"]) > 0 and tag["tolerance"].startswith("x")
+    assert float(tag["value"]) > 0 and float(tag["load"]) > 0 and tag["tolerance"].startswith("x")
     assert f"about {tag['value']} s" in text
     assert "model.safetensors" in readme_done_line()
 
@@ -55,6 +58,7 @@ def test_the_readme_states_the_main_job_and_its_command():
 def test_the_main_job_matches_the_readme(tmp_path):
     tag = main_job_tag()
     stated, factor = float(tag["value"]), float(tag["tolerance"].split()[0][1:])
+    load_before = os.getloadavg()[0]
     result = run_mpi(
         ["-m", "mnframe"], n=2, timeout=max(300, 4 * stated), cwd=str(tmp_path), env={"OMP_NUM_THREADS": None}
     )
@@ -65,7 +69,10 @@ def test_the_main_job_matches_the_readme(tmp_path):
     assert abs(log[-1]["validation/main/accuracy"] - stated_accuracy()) <= 0.015, log[-1]
     [done] = [line for line in result.output.splitlines() if line.startswith("mnframe: done: ")]
     assert done_fields(done) == done_fields(readme_done_line()), (done, readme_done_line())
-    assert stated / factor <= result.elapsed <= stated * factor, (
-        f"the main job took {result.elapsed:.1f} s; README.md says about {stated:g} s "
-        f"(tolerance x{factor:g}): measure it again and update the figure"
+    # the machine is shared: a busier machine than at the measurement stretches the time as much
+    busier = max(1.0, max(load_before, os.getloadavg()[0]) / float(tag["load"]))
+    assert stated / factor <= result.elapsed <= stated * factor * busier, (
+        f"the main job took {result.elapsed:.1f} s at load average {load_before:.1f}; README.md says about "
+        f"{stated:g} s at load {tag['load']} (tolerance x{factor:g}, scaled by the load): measure it again "
+        "and update the figure"
     )
