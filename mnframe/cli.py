@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -404,7 +405,33 @@ def check_environment(argv: Sequence[str]) -> None:
         sys.exit(int(ExitStatus.ENVIRONMENT))
 
 
+def command_list() -> str:
+    """Every command, one line each: the header of ``--help`` (``hydra.help.header`` of
+    conf/config.yaml, the one place the list lives)."""
+    from omegaconf import OmegaConf
+
+    from mnframe.config.compose import CONF_DIR
+
+    return OmegaConf.load(CONF_DIR / "config.yaml").hydra.help.header
+
+
+def unknown_command(argv: Sequence[str]) -> Optional[str]:
+    """The first word, when it reads as a command (no ``=``, not a flag) and is none of them."""
+    word = argv[0] if argv else ""
+    known = ("checkpoint", "doctor", *SUBCOMMANDS)
+    if not re.fullmatch(r"[A-Za-z][\w-]*", word) or word in known:
+        return None
+    return word
+
+
 def _main(argv: Sequence[str]) -> None:
+    word = unknown_command(argv)
+    if word is not None:  # on every rank: one message, from rank 0, exit 2
+        import difflib
+
+        close = difflib.get_close_matches(word, ["checkpoint", "doctor", *SUBCOMMANDS], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"unknown command {word!r}{hint}; the commands are:\n\n{command_list().rstrip()}")
     opts, rest = parse_own_flags(argv)
     if opts.check:
         print(check(rest, opts.world_size or 1, opts.has_cuda or cuda_available(), opts.graph))

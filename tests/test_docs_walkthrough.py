@@ -88,8 +88,8 @@ def test_the_doc_states_the_data_shape_the_recipes_get():
     assert "64** pixels in **[0, 1]**" in text and "(1, 8, 8)" in text and "1500 training and 297 test" in text
 
 
-def test_the_readme_model_parallel_recipe_works_as_written(tmp_path):
-    readme = (REPO / "README.md").read_text()
+def test_the_runner_doc_model_parallel_recipe_works_as_written(tmp_path):
+    readme = (REPO / "docs" / "runner.md").read_text()
     [snippet] = [text for lang, text in BLOCK.findall(readme) if lang == "yaml" and "name: my_mp" in text]
     (tmp_path / "my_recipes").mkdir()
     (tmp_path / "my_recipes" / "my_mp.yaml").write_text(snippet)

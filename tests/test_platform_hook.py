@@ -191,7 +191,7 @@ def test_without_the_pth_import_mnframe_installs_the_hook_and_preloads_it(tmp_pa
 
 def test_startup_imports_only_the_hook(tmp_path):
     """What every interpreter of the environment pays: importing the hook package, nothing else
-    (python -X importtime; README 'Supported platforms' gives the measured cost)."""
+    (python -X importtime; docs/numpy2.md says what it costs)."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", "pass"],
         capture_output=True,

@@ -111,11 +111,11 @@ def test_short_run_checkpoints_its_end_and_exports_the_model(tmp_path):
         assert sorted(exported.files) == sorted(f"{layer}/{p}" for layer in ("l1", "l2", "l3") for p in "Wb")
         for key in exported.files:
             np.testing.assert_array_equal(exported[key], ckpt[f"updater/model:main/predictor/{key}"])
-    # the README's snippet loads it without mnframe
+    # the snippet of docs/lifecycle.md loads it
     snippet = readme_load_snippet().replace("runs/mnist/2026-01-01_12-00-00", str(run_dir))
     snippet = snippet.replace("n_units=1000", "n_units=16")
     scope = {}
-    exec(compile(snippet, "README.md", "exec"), scope)
+    exec(compile(snippet, "docs/lifecycle.md", "exec"), scope)
     assert scope["accuracy"] > 0.3  # 27 iterations of 40 digits: well above chance (0.1)
 
 
@@ -137,8 +137,8 @@ def test_stop_at_an_interval_writes_no_second_checkpoint(tmp_path):
 
 
 def readme_load_snippet():
-    text = (REPO / "README.md").read_text()
-    section = text.split("### What a run leaves behind", 1)[1]
+    text = (REPO / "docs" / "lifecycle.md").read_text()
+    section = text.split("## What a run leaves behind", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 

@@ -166,7 +166,7 @@ SETTINGS = (
         "flag",
         "1",
         "`0`: the site-packages .pth does not install the Chainer import hook (`import mnframe` "
-        'still does, see README "NumPy 2")',
+        "still does, see docs/numpy2.md)",
         flag,
         True,
     ),
@@ -175,7 +175,8 @@ SETTINGS = (
         "flag",
         "1",
         "`0`: float16 conversions (a float16 wire) use NumPy table lookups instead of the CPU's F16C "
-        'instructions, which mnframe builds with the C compiler at first use (README "Between nodes")',
+        "instructions, which mnframe builds with the C compiler at first use "
+        '(docs/communicators.md, "float16 on the wire")',
         flag,
         True,
     ),
