@@ -331,6 +331,7 @@ from chainer.training import extensions
 
 comm = mnframe.create_communicator("naive")
 kind, out = sys.argv[1], sys.argv[2]
+stop = int(sys.argv[3]) if len(sys.argv) > 3 else 1000  # the restart: a few iterations past the resume
 with open(os.path.join(out, f"pid.rank{comm.rank}"), "w") as f:
     f.write(str(os.getpid()))
 model = L.Classifier(L.Linear(4, 3))
@@ -339,7 +340,7 @@ opt.setup(model)
 rs = np.random.RandomState(0)
 data = chainer.datasets.TupleDataset(rs.randn(64, 4).astype(np.float32), rs.randint(0, 3, 64).astype(np.int32))
 trainer = training.Trainer(training.StandardUpdater(chainer.iterators.SerialIterator(data, 4), opt),
-                           (1000, "iteration"), out=out)
+                           (stop, "iteration"), out=out)
 
 
 @training.make_extension(trigger=(1, "iteration"))
@@ -398,7 +399,7 @@ def test_sigterm_checkpoints_with_chainermn_extensions(tmp_path, kind):
         # the restart resumes from the preemption checkpoint
         (tmp_path / "loss.rank0.txt").unlink()
         again = run_mpi(
-            [str(script), kind, str(tmp_path)],
+            [str(script), kind, str(tmp_path), str(stop + 5)],  # not the 1000 paced iterations of the first run
             n=2,
             timeout=OUTER_TIMEOUT,
             env={"PYTHONPATH": str(REPO)},

@@ -200,7 +200,14 @@ SETTINGS = (
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 # Read by scripts/setup.sh and the test-suite, not by the library: never warned about.
-TOOL_VARIABLES = ("MNFRAME_NUMPY", "MNFRAME_VENV", "MNFRAME_SYSTEM_MPI", "MNFRAME_GPU_NAMES")
+TOOL_VARIABLES = (
+    "MNFRAME_NUMPY",
+    "MNFRAME_VENV",
+    "MNFRAME_SYSTEM_MPI",
+    "MNFRAME_GPU_NAMES",
+    "MNFRAME_MPI_SUITE_DIR",  # the test suite's launches (mnframe/testing/mpi_inner.py)
+    "MNFRAME_MPI_SUITE_GRACE",
+)
 
 _values: Dict[str, Any] = {}
 

@@ -40,7 +40,7 @@ def mpiexec_path():
 
 def run_pytest_module(path, n, timeout, env=None, cwd=None):
     """Run the test module ``path`` under ``mpiexec -n n`` (its own root, no config, stop at the
-    first failure); the MpiResult (``tests/test_mpi_suites.py``, the GPU suite)."""
+    first failure); the MpiResult (the GPU suite, ``tests/gpu/test_gpu_mpi.py``)."""
     path = Path(path)
     argv = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly"]
     argv += ["--rootdir", str(path.parent), "-c", "/dev/null", str(path)]
