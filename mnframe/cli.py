@@ -380,7 +380,7 @@ def check(argv: Sequence[str], world_size: int, has_cuda: bool = False, graph_pn
         f"communicator {cfg.communicator.name}, topology {cfg.topology.kind}"
     ]
     if isinstance(cfg.topology, ModelParallelTopology):
-        lines.append(topology.describe(cfg.topology, world_size))
+        lines.append(topology.describe(cfg.topology, world_size, dataset=cfg.dataset))
         if graph_png:
             lines.append(f"graph drawn to {topology.render_png(cfg.topology, graph_png)}")
     return "\n".join(lines)
