@@ -98,6 +98,12 @@ def build_trainer(
         config=config,
     )
     add_extensions(trainer, cfg.extensions, ctx)
+    if isinstance(cfg.topology, ModelParallelTopology):  # the loss on another rank: its metrics to rank 0
+        from mnframe.extensions.loss_rank_report import LossRankReport, loss_rank_to_report
+
+        loss_rank = loss_rank_to_report(cfg.topology.ranks)
+        if loss_rank > 0:
+            trainer.extend(LossRankReport(comms.model, loss_rank), name="loss_rank_report")
     schedule = schedule_extension(cfg.optimizer, next(iter(optimizers.values())))
     if schedule is not None:
         extension, trigger = schedule
