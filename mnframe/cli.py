@@ -388,7 +388,7 @@ def check(argv: Sequence[str], world_size: int, has_cuda: bool = False, graph_pn
         lines.append(topology.describe(cfg.topology, world_size, dataset=cfg.dataset))
         lines.append(note)
         if graph_png:
-            lines.append(f"graph drawn to {topology.render_png(cfg.topology, graph_png)}")
+            lines.append(f"graph drawn to {topology.render_png(cfg.topology, graph_png, world_size)}")
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ branching and twisting models): MultiNodeChainList hands such values over
 inside the process through a first-in first-out queue, so they are not
 blocking operations; a receive from the own rank needs an earlier send to it,
 and every such send a later receive. ``describe`` prints the graph and the
-schedule; ``render_png`` draws it with matplotlib.
+schedule; ``render_png`` draws it, every replica, with matplotlib.
 """
 
 from __future__ import annotations
@@ -358,19 +358,55 @@ def describe(topo: ModelParallelTopology, world_size: int, report: Optional[Grap
     return "\n".join(lines)
 
 
-def render_png(topo: ModelParallelTopology, path: str) -> str:
-    """Draw ranks as columns of stage boxes and sends as arrows; return ``path``."""
+def render_png(topo: ModelParallelTopology, path: str, world_size: Optional[int] = None) -> str:
+    """Draw the graph of every replica and write it to ``path``; return ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(topo, world_size)
+    from mnframe.utils.fs import atomic_path
+
+    with atomic_path(path, fsync=False) as tmp:  # no half-written image on an interruption
+        fig.savefig(tmp, bbox_inches="tight", format=os.path.splitext(str(path))[1].lstrip(".") or "png")
+    plt.close(fig)
+    return path
+
+
+def _receiving_stage(topo: ModelParallelTopology, r: int, i: int, p: int, pos) -> int:
+    """The stage of rank ``p`` that receives what stage ``i`` of rank ``r`` sends (drawn as the arrow's end)."""
+    below = [
+        j for j, t in enumerate(topo.ranks[p].stages) if r in _peers(t.rank_in) and pos[(p, j)][1] <= pos[(r, i)][1]
+    ]
+    if below:
+        return below[0]
+    return next((j for j, t in enumerate(topo.ranks[p].stages) if r in _peers(t.rank_in)), 0)
+
+
+def figure(topo: ModelParallelTopology, world_size: Optional[int] = None):
+    """A matplotlib figure: one panel per replica (dual parallelism), each rank a column of
+    stage boxes labelled with its world rank, sends as arrows."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     n = topo.group_size
+    groups = replicas(topo, world_size or n)
     depth = max(len(p.stages) for p in topo.ranks)
-    fig, ax = plt.subplots(figsize=(3 + 2.5 * n, 1.5 + 1.2 * depth))
+    fig, axes = plt.subplots(1, len(groups), figsize=(len(groups) * (3 + 2.5 * n), 1.8 + 1.2 * depth), squeeze=False)
+    for k, (ax, members) in enumerate(zip(axes[0], groups)):
+        ax.set_title(f"replica {k}: world ranks {members[0]}-{members[-1]}" if n > 1 else f"replica {k}")
+        _draw_replica(ax, topo, members)
+    return fig
+
+
+def _draw_replica(ax, topo: ModelParallelTopology, members: List[int]) -> None:
+    n = topo.group_size
+    depth = max(len(p.stages) for p in topo.ranks)
     pos = {}
     for r, plan in enumerate(topo.ranks):
-        ax.text(r * 3, 0.6, f"rank {r}", ha="center", fontweight="bold")
+        tags = (["reads data"] if plan.dataset == "input" else []) + (["loss"] if plan.classifier else [])
+        label = f"rank {r} (world {members[r]})" + (f"\n{', '.join(tags)}" if tags else "")
+        ax.text(r * 3, 0.6, label, ha="center", fontweight="bold")
         for i, s in enumerate(plan.stages):
             xy = (r * 3, -i * 1.5)
             pos[(r, i)] = xy
@@ -384,17 +420,7 @@ def render_png(topo: ModelParallelTopology, path: str) -> str:
     for r, plan in enumerate(topo.ranks):
         for i, s in enumerate(plan.stages):
             for p in _peers(s.rank_out):
-                # the receiving stage: the peer's first stage that takes input from r
-                j = next(
-                    (
-                        j
-                        for j, t in enumerate(topo.ranks[p].stages)
-                        if r in _peers(t.rank_in) and pos[(p, j)][1] <= pos[(r, i)][1]
-                    ),
-                    None,
-                )
-                if j is None:
-                    j = next((j for j, t in enumerate(topo.ranks[p].stages) if r in _peers(t.rank_in)), 0)
+                j = _receiving_stage(topo, r, i, p, pos)
                 ax.annotate(
                     "",
                     xy=pos[(p, j)],
@@ -402,11 +428,5 @@ def render_png(topo: ModelParallelTopology, path: str) -> str:
                     arrowprops=dict(arrowstyle="->", color="tab:blue", shrinkA=18, shrinkB=18),
                 )
     ax.set_xlim(-1.5, 3 * (n - 1) + 1.5)
-    ax.set_ylim(-1.5 * depth, 1.2)
+    ax.set_ylim(-1.5 * depth, 1.4)
     ax.axis("off")
-    from mnframe.utils.fs import atomic_path
-
-    with atomic_path(path, fsync=False) as tmp:  # no half-written image on an interruption
-        fig.savefig(tmp, bbox_inches="tight", format=os.path.splitext(str(path))[1].lstrip(".") or "png")
-    plt.close(fig)
-    return path

@@ -5,7 +5,7 @@ import pytest
 
 from mnframe.config.data_flow import data_lines
 from mnframe.config.schema import DatasetConfig, ModelParallelTopology
-from mnframe.config.topology import check_graph
+from mnframe.config.topology import check_graph, describe, figure
 
 T = "mnframe.recipes.mnist_model_parallel.model.MLP1Middle"
 
@@ -101,3 +101,19 @@ def test_wrong_rank_in_on_stage_0_points_at_stage_0():
     [issue] = check_graph(_topo(*ranks), _data(), 3).issues
     assert issue.path == "topology.ranks.0.stages.0.rank_in"
     assert "rank 0 stage 0 receives from rank 2" in issue.message
+
+
+# -- --graph draws every replica (item 6) -----------------------------------------------------
+
+
+def test_picture_has_one_panel_per_replica():
+    import matplotlib.pyplot as plt
+
+    topo = _topo(*FIRST)
+    fig = figure(topo, 6)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["replica 0: world ranks 0-2", "replica 1: world ranks 3-5"]
+    texts = [t.get_text() for t in fig.axes[1].texts]
+    assert any(t.startswith("rank 2 (world 5)") for t in texts)
+    plt.close(fig)
+    assert "replica 1: world ranks [3, 4, 5]" in describe(topo, 6, dataset=_data())
