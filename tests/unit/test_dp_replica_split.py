@@ -24,9 +24,9 @@ def no_mpi(monkeypatch):
         return partition.shard_ranges(n, comm.size, True)[comm.rank]
 
     monkeypatch.setattr(scatter, "scatter_index", scatter_index)
-    monkeypatch.setattr(data_builder, "_load", lambda cfg, world, here=True: (list(range(100)), list(range(20))))
-    monkeypatch.setattr(data_builder, "create_multi_node_iterator", lambda it, comm: it)
-    monkeypatch.setattr(data_builder, "create_synchronized_iterator", lambda it, comm: it)
+    monkeypatch.setattr(data_builder, "_load", lambda *_args, **_kw: (list(range(100)), list(range(20))))
+    monkeypatch.setattr(data_builder, "create_multi_node_iterator", lambda it, _comm: it)
+    monkeypatch.setattr(data_builder, "create_synchronized_iterator", lambda it, _comm: it)
 
 
 def _train(strategy, replica, replicas, group_rank=0):
