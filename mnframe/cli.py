@@ -381,9 +381,15 @@ def check(argv: Sequence[str], world_size: int, has_cuda: bool = False, graph_pn
         f"communicator {cfg.communicator.name}, topology {cfg.topology.kind}"
     ]
     if isinstance(cfg.topology, ModelParallelTopology):
-        lines.append(topology.describe(cfg.topology, world_size))
+        from mnframe.builder.shapes import shape_issues
+        from mnframe.config.errors import raise_issues
+
+        issues, note = shape_issues(cfg)  # a dry forward pass of one batch through every stage
+        raise_issues(issues)
+        lines.append(topology.describe(cfg.topology, world_size, dataset=cfg.dataset))
+        lines.append(note)
         if graph_png:
-            lines.append(f"graph drawn to {topology.render_png(cfg.topology, graph_png)}")
+            lines.append(f"graph drawn to {topology.render_png(cfg.topology, graph_png, world_size)}")
     return "\n".join(lines)
 
 

@@ -28,7 +28,7 @@ from mnframe.builder.memory import describe as describe_memory
 from mnframe.builder.model import build_models, rank_plan, user_models
 from mnframe.builder.optimizer import build_optimizer, schedule_extension
 from mnframe.builder.updater import build_updater
-from mnframe.config.schema import RunConfig
+from mnframe.config.schema import ModelParallelTopology, RunConfig
 from mnframe.runtime import threads
 
 log = logging.getLogger("mnframe.pipeline")
@@ -67,6 +67,10 @@ def build_trainer(
     from mnframe.training.updater import PhaseTimer
 
     comms = build_communicators(cfg.communicator, cfg.topology)
+    if isinstance(cfg.topology, ModelParallelTopology):  # before the seed: rank 0 builds every stage
+        from mnframe.builder.shapes import check_before_training
+
+        check_before_training(cfg, comms.world)
     device = select_device(cfg.trainer.device, comms.world)
     seed_everything(cfg.seed, device)
     threads.configure(cfg.trainer.threads, comms.world, on_cpu=device.xp is np)
@@ -94,6 +98,12 @@ def build_trainer(
         config=config,
     )
     add_extensions(trainer, cfg.extensions, ctx)
+    if isinstance(cfg.topology, ModelParallelTopology):  # the loss on another rank: its metrics to rank 0
+        from mnframe.extensions.loss_rank_report import LossRankReport, loss_rank_to_report
+
+        loss_rank = loss_rank_to_report(cfg.topology.ranks)
+        if loss_rank > 0:
+            trainer.extend(LossRankReport(comms.model, loss_rank), name="loss_rank_report")
     schedule = schedule_extension(cfg.optimizer, next(iter(optimizers.values())))
     if schedule is not None:
         extension, trigger = schedule

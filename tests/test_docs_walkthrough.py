@@ -1,7 +1,8 @@
 """docs/your_own_recipe.md as a user follows it: its files are written into a fresh
 project directory, its `python -m mnframe` commands run there exactly as written
 (`mpiexec -n N` under an outer timeout), the `--check` outputs it shows are what the
-commands print, and both recipes train (falling loss, validation accuracy in the log)."""
+commands print, and the recipes train (falling loss, validation accuracy in the log; the
+pipeline with the loss on its last rank as well as the one with the loss on rank 0)."""
 
 import json
 import re
@@ -68,13 +69,19 @@ def test_the_walkthrough_runs_as_written(project):
                 assert output.strip() == shown[1].strip(), output
     assert commands >= 5
     assert (project / "pipeline.png").stat().st_size > 1000
-    for name, runs in (("convnet", 2), ("convnet_pipeline", 1)):
+    for name, runs in (("convnet", 2), ("convnet_pipeline", 1), ("convnet_pipeline_last", 1)):
         dirs = sorted((project / "runs" / name).iterdir())
         assert len(dirs) == runs
         log = json.loads((dirs[0] / "log").read_text())
         assert [e["epoch"] for e in log] == [1, 2, 3, 4, 5]
         assert log[-1]["main/loss"] < 0.6 * log[0]["main/loss"]
         assert log[-1]["validation/main/accuracy"] > 0.8
+    # the loss on the last rank trains like the loss on rank 0 (docs: step 4), its values in rank 0's log
+    last, first = (
+        json.loads(next((project / "runs" / n).iterdir()).joinpath("log").read_text())
+        for n in ("convnet_pipeline_last", "convnet_pipeline")
+    )
+    assert abs(last[-1]["validation/main/accuracy"] - first[-1]["validation/main/accuracy"]) < 0.05
 
 
 def test_the_doc_states_the_data_shape_the_recipes_get():

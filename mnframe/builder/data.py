@@ -4,6 +4,13 @@
 data-parallel ranks. Every strategy returns this rank's (train, test) and may
 wrap the iterators; receive-only model-parallel ranks swap their data for an
 empty dataset of the same length (``create_empty_dataset``).
+
+With several model-parallel replicas (dual parallelism) every accepted strategy
+splits an epoch over them: ``scatter`` and ``shard`` split over the data
+communicator (the replicas); the strategies of span "model" (the same batches on
+every rank of a group) get the replica's part first (``shard`` over the data
+communicator), so N replicas run 1/N of the iterations per epoch each.
+``replicate`` cannot split and is refused there (``config.data_flow``).
 """
 
 from __future__ import annotations
@@ -63,22 +70,24 @@ class Scatter(Strategy):
         return train, test
 
 
+def shard(ds, comm, seed: int, shuffle: bool):
+    """``comm``'s rank's ``scatter_index`` slice of ``ds`` (of a permutation drawn from ``seed``
+    when ``shuffle``): the same slice on every rank with the same ``comm.rank``."""
+    import chainer
+
+    from mnframe.datasets.scatter import scatter_index  # imports mpi4py.MPI: not when validating
+
+    begin, end = scatter_index(len(ds), comm)
+    order = np.random.RandomState(seed).permutation(len(ds)) if shuffle else None
+    return chainer.datasets.SubDataset(ds, begin, end, order)
+
+
 class Shard(Strategy):
     """Every rank loads and keeps its ``scatter_index`` slice (no data traffic)."""
 
     def datasets(self, cfg, comm, seed, world):
-        import chainer
-
-        from mnframe.datasets.scatter import scatter_index  # imports mpi4py.MPI: not when validating
-
         train, test = _load(cfg, world)
-
-        def shard(ds, shuffle):
-            begin, end = scatter_index(len(ds), comm)
-            order = np.random.RandomState(seed).permutation(len(ds)) if shuffle else None
-            return chainer.datasets.SubDataset(ds, begin, end, order)
-
-        return shard(train, cfg.shuffle), shard(test, False)
+        return shard(train, comm, seed, cfg.shuffle), shard(test, comm, seed, False)
 
 
 class MultiNodeIterator(Strategy):
@@ -188,6 +197,11 @@ def build_data(cfg: DatasetConfig, comms, seed: int, empty: bool = False, overfi
     data_comm = comms.data
     comm = comms.model if strategy.span == "model" else data_comm
     train, test = strategy.datasets(cfg, comm, seed, comms.world)
+    if strategy.span == "model" and comms.model is not data_comm and data_comm.size > 1:
+        # dual parallelism: each replica (data_comm.rank, the same on all ranks of a group)
+        # iterates its own part of the data, the ranks of one group the same part
+        train = shard(train, data_comm, seed, cfg.shuffle)
+        test = shard(test, data_comm, seed, False)
     batch = per_rank_batch_size(cfg, data_comm.size)
     if overfit_batches:
         from mnframe.training.debug import overfit_subset

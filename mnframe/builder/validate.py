@@ -49,7 +49,7 @@ def _world_issues(s: Dict[str, Any], world_size: Optional[int], has_cuda: bool) 
     if "communicator" in s:
         issues += communicator_issues(s["communicator"], has_cuda, device)
         issues += compression_issues(s["communicator"], s.get("topology"), s.get("optimizer"))
-    dp_width, graph_issues = topology_issues(s.get("topology"), world_size)
+    dp_width, graph_issues = topology_issues(s.get("topology"), world_size, s.get("dataset"))
     issues += graph_issues
     if "dataset" in s:
         issues += dataset_issues(s["dataset"], dp_width)

@@ -14,7 +14,7 @@ branching and twisting models): MultiNodeChainList hands such values over
 inside the process through a first-in first-out queue, so they are not
 blocking operations; a receive from the own rank needs an earlier send to it,
 and every such send a later receive. ``describe`` prints the graph and the
-schedule; ``render_png`` draws it with matplotlib.
+schedule; ``render_png`` draws it, every replica, with matplotlib.
 """
 
 from __future__ import annotations
@@ -135,59 +135,145 @@ def _structure_issues(topo: ModelParallelTopology) -> List[ConfigIssue]:
                             )
                         )
         issues += _handoff_issues(r, plan)
-        first, last = plan.stages[0], plan.stages[-1]
-        if plan.dataset == "empty" and first.rank_in is None:
-            issues.append(
-                ConfigIssue(
-                    _path(r, 0, "rank_in"),
-                    "this rank has an empty dataset, so its first stage must receive its input from a rank",
-                    value=None,
-                )
-            )
-        if plan.classifier and last.rank_out is not None:
-            issues.append(
-                ConfigIssue(
-                    _path(r, len(plan.stages) - 1, "rank_out"),
-                    "a rank with the loss (classifier: true) must end with "
-                    "a stage that keeps its output (rank_out: null)",
-                    value=last.rank_out,
-                )
-            )
     return issues
 
 
-def _count_issues(schedule: Dict[int, List[Op]]) -> List[ConfigIssue]:
-    """Every send needs a receive on the peer (per direction, phase forward)."""
-    issues = []
+def _forward(schedule: Dict[int, List[Op]]) -> Dict[int, List[Op]]:
+    return {r: [o for o in ops if o.phase == "forward"] for r, ops in schedule.items()}
+
+
+def _unmatched(schedule: Dict[int, List[Op]]) -> List[Tuple[int, int, str, List[Op]]]:
+    """``(src, dst, kind in excess, candidate ops)`` for each direction whose sends and receives
+    (forward) do not pair up; the candidates are the ops of the side in excess, in order."""
     count: Dict[Tuple[int, int], List[Op]] = {}
-    for r, ops in schedule.items():
+    for r, ops in _forward(schedule).items():
         for op in ops:
-            if op.phase != "forward":
-                continue
             key = (r, op.peer) if op.kind == "send" else (op.peer, r)
             count.setdefault(key, []).append(op)
+    out = []
     for (src, dst), ops in sorted(count.items()):
         sends = [o for o in ops if o.kind == "send"]
         recvs = [o for o in ops if o.kind == "recv"]
-        if len(sends) > len(recvs):
-            o = sends[len(recvs)]
+        if len(sends) != len(recvs):
+            kind, extra = ("send", sends) if len(sends) > len(recvs) else ("recv", recvs)
+            out.append((src, dst, kind, extra))
+    return out
+
+
+def _blamed(schedule: Dict[int, List[Op]], owner: int, candidates: List[Op]) -> Op:
+    """The one op of ``candidates`` (on rank ``owner``) whose removal lets the forward pass
+    finish (the fewest ranks left waiting): the stage at fault, so a wrong ``rank_in`` on
+    stage 0 blames stage 0, not the later stage whose receive is then left over. The last
+    one on a tie."""
+    forward = _forward(schedule)
+
+    def left_over(op: Op) -> int:  # ranks still blocked and ops still unpaired without ``op``
+        trial = dict(forward)
+        trial[owner] = [o for o in forward[owner] if o is not op]
+        return len(simulate(trial)[1]) + sum(len(ops) for _, _, _, ops in _unmatched(trial))
+
+    return min(reversed(candidates), key=left_over)
+
+
+def _dangling(topo: ModelParallelTopology, r: int, key: str) -> Optional[int]:
+    """A stage of rank ``r`` whose ``key`` is null where that cannot be meant, or None:
+    ``rank_in: null`` on a rank that reads no batch, ``rank_out: null`` on a rank without
+    the loss (its output would be dropped). When a send or receive is left over, such a
+    stage is where the missing end was meant to be."""
+    plan = topo.ranks[r]
+    if key == "rank_in" and plan.dataset != "empty" or key == "rank_out" and plan.classifier:
+        return None
+    return next((i for i, st in enumerate(plan.stages) if getattr(st, key) is None), None)
+
+
+def _count_issues(topo: ModelParallelTopology, schedule: Dict[int, List[Op]]) -> List[ConfigIssue]:
+    """Every send needs a receive on the peer (per direction, phase forward)."""
+    issues = []
+    for src, dst, kind, extra in _unmatched(schedule):
+        if kind == "send":
+            o = _blamed(schedule, src, extra)
+            j = _dangling(topo, dst, "rank_in")
+            if j is not None:
+                issues.append(
+                    ConfigIssue(
+                        _path(dst, j, "rank_in"),
+                        f"rank {src} stage {o.stage} sends to rank {dst}, and rank {dst} stage {j} takes "
+                        f"no input (rank_in: null on a rank with dataset: empty)",
+                        value=None,
+                        allowed=str(src),
+                    )
+                )
+                continue
             issues.append(
                 ConfigIssue(
                     _path(src, o.stage, "rank_out"),
-                    f"rank {src} sends to rank {dst} but rank {dst} has no matching receive (rank_in: {src})",
+                    f"rank {src} stage {o.stage} sends to rank {dst} but rank {dst} has no matching "
+                    f"receive (a stage with rank_in: {src})",
                     value=dst,
                 )
             )
-        elif len(recvs) > len(sends):
-            o = recvs[len(sends)]
+        else:
+            o = _blamed(schedule, dst, extra)
+            j = _dangling(topo, src, "rank_out")
+            if j is not None:
+                issues.append(
+                    ConfigIssue(
+                        _path(src, j, "rank_out"),
+                        f"rank {dst} stage {o.stage} receives from rank {src}, and rank {src} stage {j} "
+                        f"sends nothing (rank_out: null on a rank without the loss drops its output)",
+                        value=None,
+                        allowed=str(dst),
+                    )
+                )
+                continue
             issues.append(
                 ConfigIssue(
                     _path(dst, o.stage, "rank_in"),
-                    f"rank {dst} receives from rank {src} but rank {src} never sends to it (rank_out: {dst})",
+                    f"rank {dst} stage {o.stage} receives from rank {src} but rank {src} never sends "
+                    f"to it (a stage with rank_out: {dst})",
                     value=src,
                 )
             )
     return issues
+
+
+def _wait_cycle(blocked: Dict[int, Op]) -> List[int]:
+    """The ranks of a cycle of receives (rank a waits for b, b for c, ... for a), or []."""
+    for start in sorted(blocked):
+        seen: List[int] = []
+        r = start
+        while r in blocked and blocked[r].kind == "recv" and r not in seen:
+            seen.append(r)
+            r = blocked[r].peer
+        if r in seen:
+            return seen[seen.index(r) :]
+    return []
+
+
+def _deadlock_issue(topo: ModelParallelTopology, blocked: Dict[int, Op]) -> ConfigIssue:
+    """One issue for a schedule that stops: a cycle of receives names it and points at the
+    stage that should start it; any other stop lists what each rank waits for."""
+    phase = min(op.phase for op in blocked.values())
+    cycle = _wait_cycle(blocked)
+    if cycle:
+        readers = [r for r in cycle if topo.ranks[r].dataset == "input"]
+        r = readers[0] if readers else cycle[0]
+        op = blocked[r]
+        chain = ", ".join(f"rank {q} stage {blocked[q].stage} waits for rank {blocked[q].peer}" for q in cycle)
+        return ConfigIssue(
+            _path(r, op.stage, "rank_in" if phase == "forward" else None),
+            f"the stage order deadlocks in {phase}, a cycle of receives: {chain}; no stage of the cycle can start",
+            value=op.peer,
+            allowed="rank_in: null on the stage that reads the batch, or reorder the stages so that "
+            "a send comes before the receive",
+        )
+    waits = "; ".join(f"rank {r} waits in {op}" for r, op in sorted(blocked.items()))
+    first = min(blocked)
+    return ConfigIssue(
+        _path(first, blocked[first].stage),
+        f"the stage order deadlocks in {phase}: {waits}",
+        allowed="reorder the stages so that each send meets the peer's receive",
+    )
 
 
 def simulate(schedule: Dict[int, List[Op]]) -> Tuple[List[Tuple[int, int, Op]], Dict[int, Op]]:
@@ -214,28 +300,29 @@ def simulate(schedule: Dict[int, List[Op]]) -> Tuple[List[Tuple[int, int, Op]], 
     return steps, blocked
 
 
-def check_graph(topo: ModelParallelTopology) -> GraphReport:
-    """All static checks of a model-parallel graph; issues carry config paths."""
+def check_graph(topo: ModelParallelTopology, dataset=None, world_size: Optional[int] = None) -> GraphReport:
+    """All static checks of a model-parallel graph; issues carry config paths.
+
+    The first broken rule is reported, in this order: ranks that do not exist and
+    hand-offs to the own rank; sends and receives that do not pair up; a schedule
+    that stops (a cycle of receives, a deadlock); then where the data, the labels
+    and the loss are (``config.data_flow``; ``dataset``: the ``DatasetConfig``,
+    ``world_size``: for the replicas; None leaves those parts out)."""
     report = GraphReport()
     report.issues += _structure_issues(topo)
     if report.issues:
         return report
     report.schedule = {r: rank_schedule(plan, r) for r, plan in enumerate(topo.ranks)}
-    report.issues += _count_issues(report.schedule)
+    report.issues += _count_issues(topo, report.schedule)
     if report.issues:
         return report
     report.steps, blocked = simulate(report.schedule)
     if blocked:
-        waits = "; ".join(f"rank {r} waits in {op}" for r, op in sorted(blocked.items()))
-        phase = min(op.phase for op in blocked.values())
-        first = min(blocked)
-        report.issues.append(
-            ConfigIssue(
-                _path(first, blocked[first].stage),
-                f"the stage order deadlocks in {phase}: {waits}",
-                allowed="reorder the stages so that each send meets the peer's receive",
-            )
-        )
+        report.issues.append(_deadlock_issue(topo, blocked))
+        return report
+    from mnframe.config.data_flow import data_issues  # the loss and data rules, once the graph runs
+
+    report.issues += data_issues(topo, dataset, world_size)
     return report
 
 
@@ -245,9 +332,12 @@ def replicas(topo: ModelParallelTopology, world_size: int) -> List[List[int]]:
     return [list(range(k * g, (k + 1) * g)) for k in range(max(1, world_size // g))]
 
 
-def describe(topo: ModelParallelTopology, world_size: int, report: Optional[GraphReport] = None) -> str:
-    """A text picture of the graph, its replicas and the simulated schedule."""
-    report = report or check_graph(topo)
+def describe(topo: ModelParallelTopology, world_size: int, report: Optional[GraphReport] = None, dataset=None) -> str:
+    """A text picture of the graph, its replicas, where the data and the loss are, and the
+    simulated schedule."""
+    from mnframe.config.data_flow import data_lines
+
+    report = report or check_graph(topo, dataset, world_size)
     lines = [f"model-parallel group of {topo.group_size} ranks; world size {world_size}"]
     for k, members in enumerate(replicas(topo, world_size)):
         lines.append(f"  replica {k}: world ranks {members}")
@@ -258,6 +348,7 @@ def describe(topo: ModelParallelTopology, world_size: int, report: Optional[Grap
             src = "input" if s.rank_in is None else f"rank {s.rank_in}"
             dst = "output" if s.rank_out is None else f"rank {s.rank_out}"
             lines.append(f"  [{i}] {src} -> {s.module.target} -> {dst}")
+    lines += data_lines(topo, dataset, world_size)
     if report.steps:
         lines.append("schedule (one iteration, blocking order):")
         for n, (src, dst, op) in enumerate(report.steps, 1):
@@ -267,19 +358,55 @@ def describe(topo: ModelParallelTopology, world_size: int, report: Optional[Grap
     return "\n".join(lines)
 
 
-def render_png(topo: ModelParallelTopology, path: str) -> str:
-    """Draw ranks as columns of stage boxes and sends as arrows; return ``path``."""
+def render_png(topo: ModelParallelTopology, path: str, world_size: Optional[int] = None) -> str:
+    """Draw the graph of every replica and write it to ``path``; return ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(topo, world_size)
+    from mnframe.utils.fs import atomic_path
+
+    with atomic_path(path, fsync=False) as tmp:  # no half-written image on an interruption
+        fig.savefig(tmp, bbox_inches="tight", format=os.path.splitext(str(path))[1].lstrip(".") or "png")
+    plt.close(fig)
+    return path
+
+
+def _receiving_stage(topo: ModelParallelTopology, r: int, i: int, p: int, pos) -> int:
+    """The stage of rank ``p`` that receives what stage ``i`` of rank ``r`` sends (drawn as the arrow's end)."""
+    below = [
+        j for j, t in enumerate(topo.ranks[p].stages) if r in _peers(t.rank_in) and pos[(p, j)][1] <= pos[(r, i)][1]
+    ]
+    if below:
+        return below[0]
+    return next((j for j, t in enumerate(topo.ranks[p].stages) if r in _peers(t.rank_in)), 0)
+
+
+def figure(topo: ModelParallelTopology, world_size: Optional[int] = None):
+    """A matplotlib figure: one panel per replica (dual parallelism), each rank a column of
+    stage boxes labelled with its world rank, sends as arrows."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     n = topo.group_size
+    groups = replicas(topo, world_size or n)
     depth = max(len(p.stages) for p in topo.ranks)
-    fig, ax = plt.subplots(figsize=(3 + 2.5 * n, 1.5 + 1.2 * depth))
+    fig, axes = plt.subplots(1, len(groups), figsize=(len(groups) * (3 + 2.5 * n), 1.8 + 1.2 * depth), squeeze=False)
+    for k, (ax, members) in enumerate(zip(axes[0], groups)):
+        ax.set_title(f"replica {k}: world ranks {members[0]}-{members[-1]}" if n > 1 else f"replica {k}")
+        _draw_replica(ax, topo, members)
+    return fig
+
+
+def _draw_replica(ax, topo: ModelParallelTopology, members: List[int]) -> None:
+    n = topo.group_size
+    depth = max(len(p.stages) for p in topo.ranks)
     pos = {}
     for r, plan in enumerate(topo.ranks):
-        ax.text(r * 3, 0.6, f"rank {r}", ha="center", fontweight="bold")
+        tags = (["reads data"] if plan.dataset == "input" else []) + (["loss"] if plan.classifier else [])
+        label = f"rank {r} (world {members[r]})" + (f"\n{', '.join(tags)}" if tags else "")
+        ax.text(r * 3, 0.6, label, ha="center", fontweight="bold")
         for i, s in enumerate(plan.stages):
             xy = (r * 3, -i * 1.5)
             pos[(r, i)] = xy
@@ -293,17 +420,7 @@ def render_png(topo: ModelParallelTopology, path: str) -> str:
     for r, plan in enumerate(topo.ranks):
         for i, s in enumerate(plan.stages):
             for p in _peers(s.rank_out):
-                # the receiving stage: the peer's first stage that takes input from r
-                j = next(
-                    (
-                        j
-                        for j, t in enumerate(topo.ranks[p].stages)
-                        if r in _peers(t.rank_in) and pos[(p, j)][1] <= pos[(r, i)][1]
-                    ),
-                    None,
-                )
-                if j is None:
-                    j = next((j for j, t in enumerate(topo.ranks[p].stages) if r in _peers(t.rank_in)), 0)
+                j = _receiving_stage(topo, r, i, p, pos)
                 ax.annotate(
                     "",
                     xy=pos[(p, j)],
@@ -311,11 +428,5 @@ def render_png(topo: ModelParallelTopology, path: str) -> str:
                     arrowprops=dict(arrowstyle="->", color="tab:blue", shrinkA=18, shrinkB=18),
                 )
     ax.set_xlim(-1.5, 3 * (n - 1) + 1.5)
-    ax.set_ylim(-1.5 * depth, 1.2)
+    ax.set_ylim(-1.5 * depth, 1.4)
     ax.axis("off")
-    from mnframe.utils.fs import atomic_path
-
-    with atomic_path(path, fsync=False) as tmp:  # no half-written image on an interruption
-        fig.savefig(tmp, bbox_inches="tight", format=os.path.splitext(str(path))[1].lstrip(".") or "png")
-    plt.close(fig)
-    return path

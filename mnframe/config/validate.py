@@ -307,9 +307,12 @@ def device_issues(s: Dict[str, Any], has_cuda: bool) -> Tuple[str, List[ConfigIs
     return cuda_env.training_device(device, has_cuda), issues
 
 
-def topology_issues(topo: Any, world_size: Optional[int]) -> Tuple[Optional[int], List[ConfigIssue]]:
+def topology_issues(
+    topo: Any, world_size: Optional[int], dataset: Any = None
+) -> Tuple[Optional[int], List[ConfigIssue]]:
     """``(data-parallel width, issues)``: a model-parallel rank graph fits the world
-    (``world_size=None``: not checked) and cannot deadlock (``topology.check_graph``)."""
+    (``world_size=None``: not checked), cannot deadlock, and its data, labels and loss
+    agree with ``dataset`` (``topology.check_graph``)."""
     if not isinstance(topo, schema.ModelParallelTopology):
         return world_size, []
     group = topo.group_size
@@ -330,5 +333,5 @@ def topology_issues(topo: Any, world_size: Optional[int]) -> Tuple[Optional[int]
                 allowed=f"a multiple of {group}",
             )
         )
-    issues += check_graph(topo).issues
+    issues += check_graph(topo, dataset, world_size).issues
     return (None if world_size is None else max(1, world_size // group)), issues

@@ -30,8 +30,8 @@ OVERRIDES = [
     (
         ["recipe=mnist_model_parallel", "topology.ranks.1.stages.0.rank_out=null"],
         2,
-        "topology.ranks.0.stages.1.rank_in",
-    ),  # receive without send
+        "topology.ranks.1.stages.0.rank_out: rank 0 stage 1 receives from rank 1, and rank 1 stage 0 sends nothing",
+    ),  # receive without send: the stage at fault is the one whose output goes nowhere
     (
         ["recipe=mnist_model_parallel", "topology.ranks.1.stages.0.rank_in=7"],
         2,

@@ -77,8 +77,13 @@ def test_peer_out_of_range_and_self():
 
 
 def test_empty_rank_must_receive_first():
+    report = check_graph(_topo([(None, 1), (1, None)], [(None, None), (0, 0)]))
+    assert [i.path for i in report.issues] == ["topology.ranks.1.stages.0.rank_in"]
+    assert "empty dataset" in report.issues[0].message
+    # an unanswered send is the first broken rule; its fault is the empty rank's stage reading nothing
     report = check_graph(_topo([(None, 1), (1, None)], [(None, 0)]))
-    assert any("empty dataset" in i.message for i in report.issues)
+    assert [i.path for i in report.issues] == ["topology.ranks.1.stages.0.rank_in"]
+    assert "rank 0 stage 0 sends to rank 1, and rank 1 stage 0 takes no input" in report.issues[0].message
 
 
 def test_schedule_backward_is_reversed():
