@@ -169,6 +169,7 @@ def test_the_preemption_checkpoint_is_synchronous_and_commits_the_one_in_flight_
     assert reasons == {"iter_00000002": "interval", "iter_00000004": "interval", "iter_00000005": "preemption"}
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_the_runner_config_takes_async_save_and_names_a_bad_value():
     from mnframe.cli import check
     from mnframe.config.errors import ConfigError

@@ -63,6 +63,7 @@ def test_layout_summary_reads_a_layout_record_when_there_is_one():
     assert inspect_cli.layout_summary(manifest) == "model parallel, 2 stages x 2 replicas"
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_verify_names_the_damaged_file_and_exits_1(run_dir, capsys):
     assert inspect_cli.main(["verify", str(run_dir)]) == 0
     assert "all 2 checkpoint(s) verified" in capsys.readouterr().out
@@ -90,6 +91,7 @@ def test_a_missing_manifest_is_damaged(run_dir, capsys):
     assert "no manifest.json" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_verify_checks_the_signature_when_a_key_is_set(run_dir):
     key = {"MNFRAME_CHECKPOINT_KEY": "a-key-of-sixteen-or-more"}
     result = _cli("verify", str(run_dir), env=key)
@@ -128,6 +130,7 @@ def test_bad_input_is_one_line_and_exit_2(run_dir, tmp_path, capsys, args, messa
     assert message in err and err.count("\n") == 1
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_the_command_starts_no_mpi_and_exits_2_in_one_line(tmp_path):
     code = (
         "import sys\n"

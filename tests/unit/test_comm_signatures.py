@@ -94,6 +94,7 @@ def test_class_takes_its_reducers_from_its_registry_row(name):
         assert callable(_resolve(target))  # GPU strategies import without CuPy
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_config_group_is_generated_from_the_registry():
     from mnframe.config.compose import compose, list_group_options
 

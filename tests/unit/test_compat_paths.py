@@ -342,6 +342,7 @@ def _table_paths_as_chainermn():
     return sorted("chainermn" + (f".{p}" if p else "") for p in paths.PATHS)
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_every_peer_and_table_path_imports_through_the_alias_as_the_mnframe_module():
     names = sorted(set(PEER_MODULES) | set(_table_paths_as_chainermn()))
     result = subprocess.run([sys.executable, "-c", ALIAS_CHECK, *names], capture_output=True, text=True, timeout=120)
@@ -349,6 +350,7 @@ def test_every_peer_and_table_path_imports_through_the_alias_as_the_mnframe_modu
     assert f"ALIAS OK {len(names)}" in result.stdout
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_alias_refuses_when_the_peer_is_already_imported():
     code = (
         "import chainermn.datasets.empty_dataset\nfrom mnframe.compat import install_alias\n"

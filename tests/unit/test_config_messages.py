@@ -32,6 +32,7 @@ def test_a_key_of_another_topology_kind_gets_no_self_suggestion():
     assert "topology.ranks: required key is missing" in text
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_misspelled_hyper_parameter_lists_the_lr_alias_and_suggests_it():
     text = refused("optimizer.lrr=0.1")  # mnist: Adam
     line = line_of(text, "optimizer.lrr")
@@ -50,6 +51,7 @@ def test_a_bad_alias_value_is_reported_under_the_key_the_user_wrote():
 
 
 @pytest.mark.parametrize("name", ["adam", "chainer_adam"])
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_adam_refuses_both_lr_and_alpha(name):
     text = refused(f"optimizer.name={name}", "optimizer.lr=0.1", "optimizer.alpha=0.2")
     line = line_of(text, "optimizer.lr")
@@ -64,6 +66,7 @@ def test_adam_refuses_both_lr_and_alpha(name):
     assert "alpha" not in optimizer_kwargs(cfg.optimizer) and "lr" not in optimizer_kwargs(cfg.optimizer)
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_misspelled_extension_name_gets_a_suggestion():
     text = refused("extensions.progres_bar.enabled=false")
     line = line_of(text, "extensions.progres_bar")
@@ -71,6 +74,7 @@ def test_misspelled_extension_name_gets_a_suggestion():
     assert "print_report" in line  # the extensions there are listed
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_misspelled_key_of_an_extension_lists_that_kinds_keys():
     line = line_of(refused("extensions.plot_loss.y_keyz=[a]"), "extensions.plot_loss.y_keyz")
     assert "did you mean 'y_keys'" in line
@@ -85,6 +89,7 @@ def test_unknown_extension_kind_lists_the_kinds():
     assert "tensorboard" in line and "or set _target_" in line
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_stop_shows_the_expected_form():
     for value, path in (("5", "trainer.stop"), ("[5,epochs]", "trainer.stop.1")):
         line = line_of(refused(f"trainer.stop={value}"), path)
@@ -155,6 +160,7 @@ def test_tensorboard_logger_needs_its_log_report():
     assert "extensions.tensorboard.log_report" in text
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_refused_overrides_and_validation_problems_come_in_one_message():
     with pytest.raises(ConfigError) as info:
         cli.check(["trainer.stpo=1", "optimizer=adamm", "model.n_unitz=3", "dataset.strategy=scater"], 2)

@@ -36,8 +36,9 @@ def _train(strategy, replica, replicas, group_rank=0):
     return sorted(int(x) for x in built.train), len(built.test)
 
 
+@pytest.mark.usefixtures("no_mpi")
 @pytest.mark.parametrize("strategy", ["multi_node_iterator", "synchronized"])
-def test_each_replica_gets_its_own_part(no_mpi, strategy):
+def test_each_replica_gets_its_own_part(strategy):
     parts = [_train(strategy, k, 2)[0] for k in range(2)]
     assert [len(p) for p in parts] == [50, 50]  # 2 replicas: half the iterations of an epoch each
     assert not set(parts[0]) & set(parts[1]) and sorted(parts[0] + parts[1]) == list(range(100))
@@ -46,7 +47,8 @@ def test_each_replica_gets_its_own_part(no_mpi, strategy):
     assert _train(strategy, 0, 2)[1] == 10
 
 
-def test_data_parallel_multi_node_iterator_keeps_the_whole_set(no_mpi):
+@pytest.mark.usefixtures("no_mpi")
+def test_data_parallel_multi_node_iterator_keeps_the_whole_set():
     cfg = DatasetConfig.model_validate({"source": {"_target_": "x.y"}, "strategy": "multi_node_iterator"})
     world = Comm(rank=1, size=2)  # data parallel: model and data communicator are the world
     built = data_builder.build_data(cfg, Comm(world=world, model=world, data=world), seed=0)

@@ -35,6 +35,7 @@ def _run(root, *args, timeout=300):
     return proc.returncode, proc.stdout + proc.stderr, outcomes
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_one_launch_per_rank_count_and_a_failure_fails_only_itself(tmp_path):
     root = _project(
         tmp_path,

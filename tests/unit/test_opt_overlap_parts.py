@@ -94,6 +94,7 @@ def _refused(*overrides):
     return str(info.value)
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_config_checks():
     assert "set one of them" in _refused("optimizer.overlap=true", "optimizer.double_buffering=true")
     assert "optimizer.bucket_cap_mb" in _refused("optimizer.overlap=true", "optimizer.bucket_cap_mb=0")

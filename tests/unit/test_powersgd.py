@@ -113,6 +113,7 @@ def _refused(*overrides):
     return str(info.value)
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_runner_config():
     cfg = validate(C.compose(["communicator.compression=powersgd", "communicator.powersgd_rank=2"], ()), 2)
     assert cfg.communicator.compression == "powersgd" and cfg.communicator.powersgd_rank == 2

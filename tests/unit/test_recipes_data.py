@@ -26,6 +26,7 @@ def test_digits_split_is_fixed_and_scaled():
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_digits_read_without_sklearn_equal_load_digits(monkeypatch):
     """The bundled CSV read directly (no 1 s sklearn import) gives load_digits()'s data and split."""
     assert mnist_data._digits_file() is not None

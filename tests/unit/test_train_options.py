@@ -101,6 +101,7 @@ def test_csv_logger_holds_every_log_entry_once_across_a_resume(tmp_path):
     assert [float(r["main/loss"]) for r in rows] == pytest.approx([e["main/loss"] for e in log], rel=1e-9)
 
 
+@pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_mlflow_logger_continues_the_same_run_without_duplicate_steps(tmp_path):
     pytest.importorskip("mlflow", reason="mlflow is an optional extra: pip install 'mnframe[mlflow]'")
     from mlflow.tracking import MlflowClient
