@@ -152,8 +152,14 @@ def pytest_collection_modifyitems(session, config, items):
             dropped.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-    # the MPI items last: their launches run in the background while the others run
-    items[:] = [i for i in out if not isinstance(i, MpiItem)] + [i for i in out if isinstance(i, MpiItem)]
+    # The MPI launches run in the background while the tests before their items run; job-level
+    # tests but the smoke ones come after them, on a quiet machine (some time their jobs).
+    def place(item):
+        if isinstance(item, MpiItem):
+            return 1
+        return 2 if _job_level(item) and not item.get_closest_marker("smoke") else 0
+
+    items[:] = sorted(out, key=place)  # stable: each group keeps its order
     session.stash[LAUNCHES] = MpiLaunches(config)
 
 
