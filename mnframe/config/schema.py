@@ -27,7 +27,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PositiveInt, Tag, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    Tag,
+    field_validator,
+)
 
 from mnframe.config.checkpoint import CheckpointConfig, ResumeMode
 from mnframe.config.extensions import Extensions
@@ -226,6 +236,10 @@ class TrainerConfig(Strict):
     ``on_nonfinite``: ``stop`` ends the run when a reported loss (or the weights about
     to be checkpointed) is NaN or infinite, on every rank at the same iteration, with
     exit status 4 and no model written; ``ignore`` trains on regardless.
+    ``divergence_factor``: with ``on_nonfinite: stop``, a finite loss stops the run the same
+    way once it is above this factor times its lowest value so far and above its first
+    value, after ``divergence_warmup`` iterations of this run (``mnframe.checkpoint.divergence``);
+    null turns this rule off.
     """
 
     stop: Tuple[PositiveInt, Unit] = Field(
@@ -235,6 +249,8 @@ class TrainerConfig(Strict):
     out: Optional[str] = None
     threads: Union[Literal["auto", "keep"], PositiveInt] = "auto"
     on_nonfinite: Literal["stop", "ignore"] = "stop"
+    divergence_factor: Optional[float] = Field(1.0e4, gt=1)
+    divergence_warmup: NonNegativeInt = 10
 
 
 # -- debug -------------------------------------------------------------------
