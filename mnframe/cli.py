@@ -404,8 +404,44 @@ def check_environment(argv: Sequence[str]) -> None:
         sys.exit(int(ExitStatus.ENVIRONMENT))
 
 
+MULTIRUN_FLAGS = ("-m", "--multirun", "hydra.mode=MULTIRUN")
+
+
+def flags_problem(opts: argparse.Namespace, rest: Sequence[str]) -> Optional[str]:
+    """Why these flags would be ignored or misreported (None when they are fine): the
+    ``--check``-only flags without ``--check``, a world size below 1, ``tune=optuna`` without ``-m``."""
+    if opts.world_size is not None and opts.world_size < 1:
+        return f"--world-size must be a positive number of ranks (got {opts.world_size}), e.g. --world-size 4"
+    if not opts.check:
+        given = [
+            flag
+            for flag, value in (
+                ("--world-size", opts.world_size),
+                ("--has-cuda", opts.has_cuda),
+                ("--graph", opts.graph),
+            )
+            if value
+        ]
+        if given:
+            return (
+                f"{' and '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to --check (validate for N ranks without MPI); add --check, "
+                f"or start the ranks with mpiexec -n N python -m mnframe ... to train on N ranks"
+            )
+        from mnframe import tune
+
+        if tune.requested(rest) and not any(a in MULTIRUN_FLAGS for a in rest):
+            return (
+                "tune=optuna runs a search of several trials, which needs Hydra's multirun: "
+                "add -m (python -m mnframe -m tune=optuna ...)"
+            )
+    return None
+
+
 def _main(argv: Sequence[str]) -> None:
     opts, rest = parse_own_flags(argv)
+    problem = flags_problem(opts, rest)
+    if problem:
+        raise agreed(ConfigError(problem))  # the same argv on every rank: the same line
     if opts.check:
         print(check(rest, opts.world_size or 1, opts.has_cuda or cuda_available(), opts.graph))
         return
