@@ -423,8 +423,9 @@ def flags_problem(opts: argparse.Namespace, rest: Sequence[str]) -> Optional[str
             if value
         ]
         if given:
+            verb = "applies" if len(given) == 1 else "apply"
             return (
-                f"{' and '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to --check (validate for N ranks without MPI); add --check, "
+                f"{' and '.join(given)} {verb} only to --check (validate for N ranks without MPI); add --check, "
                 f"or start the ranks with mpiexec -n N python -m mnframe ... to train on N ranks"
             )
         from mnframe import tune
