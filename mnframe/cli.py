@@ -486,11 +486,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         from mpi4py import MPI  # started by check_environment
 
         slurm.check_world(MPI.COMM_WORLD)  # srun's tasks that are not one MPI job: one line, not N lone trainings
-    from mnframe.runtime.guard import run_main
+    from mnframe.runtime.guard import exit_quietly, run_main
 
     if argv[:1] and argv[0] in SUBCOMMANDS:
-        sys.exit(run_main(_subcommand, SUBCOMMANDS[argv[0]], argv[1:]))
-    sys.exit(run_main(_interrupt_is_one_line, argv))
+        exit_quietly(run_main(_subcommand, SUBCOMMANDS[argv[0]], argv[1:]))
+    exit_quietly(run_main(_interrupt_is_one_line, argv))  # done: a Ctrl-C while the ranks exit is ignored
 
 
 def _interrupt_is_one_line(argv: Sequence[str]) -> None:

@@ -64,3 +64,71 @@ def test_an_option_that_would_be_ignored_is_refused_on_every_rank(tmp_path, args
     assert r.returncode == 2, r.output[-3000:]
     assert needle in one_line(r, "configuration error")
     assert not (run_dir / "config.yaml").exists() and not list(run_dir.glob("model*")), "a job ran"
+
+
+# -- item 9: messages -----------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # the fast tier: tests/unit/test_config_messages.py
+def test_an_unparsable_override_is_named_on_2_ranks(tmp_path):
+    r = run_mpi(
+        ["-m", "mnframe", "trainer.stop=[5,epoch", f"hydra.run.dir={tmp_path / 'run'}"],
+        n=2,
+        timeout=TIMEOUT,
+        cwd=str(REPO),
+    )
+    assert not r.timed_out and r.returncode == 2, r.output[-3000:]
+    line = one_line(r, "configuration error")
+    assert "cannot parse the override 'trainer.stop=[5,epoch'" in line and "key=[a,b]" in line
+
+
+@pytest.mark.slow  # the fast tier: tests/unit/test_config_messages.py
+def test_evaluate_names_the_directory_and_pythonpath_when_the_runs_code_does_not_import(tmp_path):
+    from mnframe.config.compose import compose, to_yaml
+
+    config = compose(["recipe=mnist", "model.n_units=8"])
+    config["model"]["_target_"] = "my_models.MLP"  # the user's module, importable where they trained
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(to_yaml(config))
+    r = run_mpi(
+        ["-m", "mnframe", "evaluate", str(run_dir)], n=2, timeout=TIMEOUT, cwd=str(REPO), env={"PYTHONPATH": None}
+    )
+    assert not r.timed_out and r.returncode == 2, r.output[-3000:]
+    assert "model._target_: cannot import module 'my_models'" in r.stderr
+    assert f"working directory ({REPO}) and PYTHONPATH unset" in r.stderr
+    assert r.stderr.count("configuration error") == 1 and "Traceback" not in r.output
+
+
+CTRL_C_AFTER_DONE = r"""
+import os, signal, subprocess, sys, threading, time
+cmd = sys.argv[1:]
+p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+out = []
+threading.Thread(target=lambda: out.extend(p.stdout), daemon=True).start()
+for line in p.stderr:
+    out.append(line)
+    if "mnframe: done:" in line:
+        time.sleep(0.3)  # the ranks are exiting: MPI_Finalize waits for every rank
+        os.killpg(p.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole process group
+        break
+out.extend(p.stderr)
+print("RC", p.wait(timeout=100))
+sys.stdout.write("".join(out))
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_just_after_the_job_is_done_exits_cleanly(tmp_path):
+    """A Ctrl-C while the ranks exit used to kill one by signal: MPICH's BAD TERMINATION, status 2."""
+    from mnframe.testing.launch import mpiexec_path
+
+    cmd = [mpiexec_path(), "-n", "2", sys.executable, "-m", "mnframe", "recipe=mnist", "model.n_units=8"]
+    cmd += ["extensions.progress_bar.enabled=false", "trainer.stop=[1,epoch]", f"hydra.run.dir={tmp_path / 'run'}"]
+    r = subprocess.run(
+        [sys.executable, "-c", CTRL_C_AFTER_DONE, *cmd], cwd=REPO, timeout=TIMEOUT, capture_output=True, text=True
+    )
+    assert "mnframe: done:" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "RC 0" in r.stdout, r.stdout[-3000:]
+    assert "BAD TERMINATION" not in r.stdout and "Traceback" not in r.stdout
+    assert list((tmp_path / "run").glob("model*.npz")), "the finished job's model is there"
