@@ -409,7 +409,8 @@ MULTIRUN_FLAGS = ("-m", "--multirun", "hydra.mode=MULTIRUN")
 
 def flags_problem(opts: argparse.Namespace, rest: Sequence[str]) -> Optional[str]:
     """Why these flags would be ignored or misreported (None when they are fine): the
-    ``--check``-only flags without ``--check``, a world size below 1, ``tune=optuna`` without ``-m``."""
+    ``--check``-only flags without ``--check``, a world size below 1, ``tune=optuna`` without ``-m``,
+    ``hydra/sweeper=optuna`` without ``tune=optuna`` (issue 38)."""
     if opts.world_size is not None and opts.world_size < 1:
         return f"--world-size must be a positive number of ranks (got {opts.world_size}), e.g. --world-size 4"
     if not opts.check:
@@ -428,13 +429,15 @@ def flags_problem(opts: argparse.Namespace, rest: Sequence[str]) -> Optional[str
                 f"{' and '.join(given)} {verb} only to --check (validate for N ranks without MPI); add --check, "
                 f"or start the ranks with mpiexec -n N python -m mnframe ... to train on N ranks"
             )
-        from mnframe import tune
+    from mnframe import tune
 
-        if tune.requested(rest) and not any(a in MULTIRUN_FLAGS for a in rest):
-            return (
-                "tune=optuna runs a search of several trials, which needs Hydra's multirun: "
-                "add -m (python -m mnframe -m tune=optuna ...)"
-            )
+    if "hydra/sweeper=optuna" in rest and "tune=optuna" not in rest:
+        return tune.WITHOUT_TUNE  # its trials would return no objective
+    if not opts.check and tune.requested(rest) and not any(a in MULTIRUN_FLAGS for a in rest):
+        return (
+            "tune=optuna runs a search of several trials, which needs Hydra's multirun: "
+            "add -m (python -m mnframe -m tune=optuna ...)"
+        )
     return None
 
 

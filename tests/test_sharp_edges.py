@@ -132,3 +132,66 @@ def test_ctrl_c_just_after_the_job_is_done_exits_cleanly(tmp_path):
     assert "RC 0" in r.stdout, r.stdout[-3000:]
     assert "BAD TERMINATION" not in r.stdout and "Traceback" not in r.stdout
     assert list((tmp_path / "run").glob("model*.npz")), "the finished job's model is there"
+
+
+# -- item 10: tuning the Hydra way ----------------------------------------------------------------
+
+HPARAMS_SEARCH = """# @package _global_
+defaults:
+  - /recipe/mnist
+  - override /hydra/sweeper: optuna
+  - _self_
+name: hs
+hydra:
+  sweeper:
+    n_trials: 2
+    n_jobs: 1
+    params:
+      model.n_units: choice(8,16)
+"""
+
+
+@pytest.mark.slow  # imports Optuna 2 (about 10 s); the fast tier: tests/unit/test_cli_flags.py
+@pytest.mark.parametrize("how", ["command_line", "recipe"])
+def test_hydra_optuna_sweeper_without_tune_is_refused_in_one_line(tmp_path, how):
+    """lightning-hydra-template's way: the trials ran, then 'Return value must be float-castable', MPI_Abort."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    if how == "command_line":
+        args = ["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2", "model.n_units=choice(8,16)"]
+    else:  # the sweeper chosen in a config file, as the template's hparams_search configs do
+        (tmp_path / "hs.yaml").write_text(HPARAMS_SEARCH)
+        args = ["--config-dir", str(tmp_path), "-m", "recipe=hs"]
+    sweep = tmp_path / "sweep"
+    r = run_mpi(
+        ["-m", "mnframe", *args, "trainer.stop=[1,iteration]", f"hydra.sweep.dir={sweep}"],
+        n=2,
+        timeout=TIMEOUT,
+        cwd=str(REPO),
+    )
+    assert not r.timed_out and r.returncode == 2, r.output[-3000:]
+    line = one_line(r, "configuration error")
+    assert "hydra/sweeper=optuna alone gives the trials no objective" in line and "use tune=optuna" in line
+    assert "float-castable" not in r.output and "MPI_Abort" not in r.output
+    assert not list(sweep.rglob("model*.npz")), "a trial trained"
+
+
+@pytest.mark.slow
+def test_tune_with_sqlalchemy_2_names_the_environment_problem(tmp_path):
+    """With SQLAlchemy 2 (full MLflow brings it) optuna 2 ended in an empty 'AssertionError raised while
+    resolving interpolation:'. Simulated: a SQLAlchemy 2.0.0 distribution record first on the path."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    record = tmp_path / "fake" / "SQLAlchemy-2.0.0.dist-info"
+    record.mkdir(parents=True)
+    (record / "METADATA").write_text("Metadata-Version: 2.1\nName: SQLAlchemy\nVersion: 2.0.0\n")
+    r = run_mpi(
+        ["-m", "mnframe", "-m", "tune=optuna", "tune.n_trials=1", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        n=2,
+        timeout=TIMEOUT,
+        cwd=str(REPO),
+        env={"PYTHONPATH": str(tmp_path / "fake")},
+    )
+    assert not r.timed_out and r.returncode == 3, r.output[-3000:]
+    lines = [line for line in r.stderr.splitlines() if "environment problem" in line]
+    assert len(lines) == 2, r.stderr[-3000:]  # one line on every rank, as for a missing package
+    assert "SQLAlchemy 2.0.0" in lines[0] and "sqlalchemy<2" in lines[0]
+    assert "AssertionError" not in r.output and "Traceback" not in r.output

@@ -488,6 +488,34 @@ def run_dir_error(exc: BaseException, run_dir: Optional[str] = None) -> ConfigEr
 RECORDING_SWEEPERS = ("hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper",)
 
 
+class _EndSweep(BaseException):
+    """Raised in a sweep's first job to end the whole sweep (``run_hydra`` raises the reason)."""
+
+
+# Sweepers that optimise the jobs' return value: mnframe's job returns one only with ``tune``
+OBJECTIVE_SWEEPERS = RECORDING_SWEEPERS
+
+
+def _main_unless_refused(main: Callable[[], Any], refused: List[ConfigError]) -> None:
+    """Hydra's ``main()``; a sweep refused in its first job (``_sweep_refusal``) raises that
+    reason, not whatever the sweeper made of the job (a traceback is not the news)."""
+    try:
+        main()
+    finally:
+        if refused:
+            raise refused[0] from None
+
+
+def _sweep_refusal(sweep: bool, hydra_cfg: Any, config: Dict[str, Any]) -> List[ConfigError]:
+    """[why this sweep cannot work] or []: an objective sweeper (``-m hydra/sweeper=optuna``,
+    or one chosen in a config file) without ``tune``, whose jobs would return no value."""
+    if sweep and hydra_cfg.sweeper.get("_target_") in OBJECTIVE_SWEEPERS and config.get("tune") is None:
+        from mnframe.tune import WITHOUT_TUNE
+
+        return [ConfigError(WITHOUT_TUNE)]
+    return []
+
+
 def run_hydra(
     argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str = "mnframe", validate: Optional[Validator] = None
 ) -> None:
@@ -503,6 +531,7 @@ def run_hydra(
     config_dirs = config_dirs_from_argv(argv)
     register_groups(config_dirs)
     in_task, task_errors, recorded = [], [], []  # recorded: the sweeper keeps failed jobs as results
+    refused: List[ConfigError] = []  # a sweep that cannot work (OBJECTIVE_SWEEPERS without tune)
 
     def _job(cfg) -> Any:
         in_task.append(True)
@@ -528,6 +557,9 @@ def run_hydra(
         sweep = hydra_cfg.mode == RunMode.MULTIRUN
         if sweep and not recorded:
             recorded.append(hydra_cfg.sweeper.get("_target_") in RECORDING_SWEEPERS)
+        refused.extend(_sweep_refusal(sweep, hydra_cfg, config))
+        if refused:
+            raise _EndSweep()  # not an Exception: Hydra's run_job would keep it as a failed trial
         return task(
             ComposedJob(
                 config=config,
@@ -545,7 +577,7 @@ def run_hydra(
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let exceptions reach the guard
     GlobalHydra.instance().clear()
     try:
-        main()
+        _main_unless_refused(main, refused)
         failed = [e for e in task_errors if isinstance(e, ConfigError)]
         if failed and recorded != [True]:  # the first failed job's error, as Hydra raises it at the end of a sweep
             raise failed[0]
