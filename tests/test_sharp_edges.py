@@ -195,3 +195,20 @@ def test_tune_with_sqlalchemy_2_names_the_environment_problem(tmp_path):
     assert len(lines) == 2, r.stderr[-3000:]  # one line on every rank, as for a missing package
     assert "SQLAlchemy 2.0.0" in lines[0] and "sqlalchemy<2" in lines[0]
     assert "AssertionError" not in r.output and "Traceback" not in r.output
+
+
+# -- item 11: small things ------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # the fast tier: test_at_another_world_size_the_epoch_count_goes_on_from_the_file
+def test_the_summary_counts_the_runs_epochs_after_a_2_to_1_resume(tmp_path):
+    """It said "40 iterations (0 epochs)": the iterators' epoch count restarted with the resize."""
+    run = ["-m", "mnframe", "recipe=mnist", "model.n_units=8", "extensions.progress_bar.enabled=false"]
+    run += [f"hydra.run.dir={tmp_path / 'run'}"]
+    first = run_mpi([*run, "trainer.stop=[2,epoch]"], n=2, timeout=TIMEOUT, cwd=str(REPO))
+    assert not first.timed_out and first.returncode == 0, first.output[-3000:]
+    assert "mnframe: done: 30 iterations (2 epochs)" in first.stderr  # 1500 digits, 50 per rank and step
+    second = run_mpi([*run, "trainer.stop=[40,iteration]"], n=1, timeout=TIMEOUT, cwd=str(REPO))
+    assert not second.timed_out and second.returncode == 0, second.output[-3000:]
+    assert "world size 2 -> 1" in second.stderr
+    assert "mnframe: done: 40 iterations (2 epochs)" in second.stderr  # + 10 of 30 steps of an epoch on 1 rank
