@@ -430,6 +430,43 @@ def unknown_command(argv: Sequence[str]) -> Optional[str]:
     return word
 
 
+MULTIRUN_FLAGS = ("-m", "--multirun", "hydra.mode=MULTIRUN")
+
+
+def flags_problem(opts: argparse.Namespace, rest: Sequence[str]) -> Optional[str]:
+    """Why these flags would be ignored or misreported (None when they are fine): the
+    ``--check``-only flags without ``--check``, a world size below 1, ``tune=optuna`` without ``-m``,
+    ``hydra/sweeper=optuna`` without ``tune=optuna`` (issue 38)."""
+    if opts.world_size is not None and opts.world_size < 1:
+        return f"--world-size must be a positive number of ranks (got {opts.world_size}), e.g. --world-size 4"
+    if not opts.check:
+        given = [
+            flag
+            for flag, value in (
+                ("--world-size", opts.world_size),
+                ("--has-cuda", opts.has_cuda),
+                ("--graph", opts.graph),
+            )
+            if value
+        ]
+        if given:
+            verb = "applies" if len(given) == 1 else "apply"
+            return (
+                f"{' and '.join(given)} {verb} only to --check (validate for N ranks without MPI); add --check, "
+                f"or start the ranks with mpiexec -n N python -m mnframe ... to train on N ranks"
+            )
+    from mnframe import tune
+
+    if "hydra/sweeper=optuna" in rest and "tune=optuna" not in rest:
+        return tune.WITHOUT_TUNE  # its trials would return no objective
+    if not opts.check and tune.requested(rest) and not any(a in MULTIRUN_FLAGS for a in rest):
+        return (
+            "tune=optuna runs a search of several trials, which needs Hydra's multirun: "
+            "add -m (python -m mnframe -m tune=optuna ...)"
+        )
+    return None
+
+
 def _main(argv: Sequence[str]) -> None:
     word = unknown_command(argv)
     if word is not None:  # on every rank: one message, from rank 0, exit 2
@@ -439,6 +476,9 @@ def _main(argv: Sequence[str]) -> None:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"unknown command {word!r}{hint}; the commands are:\n\n{command_list().rstrip()}")
     opts, rest = parse_own_flags(argv)
+    problem = flags_problem(opts, rest)
+    if problem:
+        raise agreed(ConfigError(problem))  # the same argv on every rank: the same line
     if opts.check:
         print(check(rest, opts.world_size or 1, opts.has_cuda or cuda_available(), opts.graph))
         return
@@ -482,11 +522,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         from mpi4py import MPI  # started by check_environment
 
         slurm.check_world(MPI.COMM_WORLD)  # srun's tasks that are not one MPI job: one line, not N lone trainings
-    from mnframe.runtime.guard import run_main
+    from mnframe.runtime.guard import exit_quietly, run_main
 
     if argv[:1] and argv[0] in SUBCOMMANDS:
-        sys.exit(run_main(_subcommand, SUBCOMMANDS[argv[0]], argv[1:]))
-    sys.exit(run_main(_interrupt_is_one_line, argv))
+        exit_quietly(run_main(_subcommand, SUBCOMMANDS[argv[0]], argv[1:]))
+    exit_quietly(run_main(_interrupt_is_one_line, argv))  # done: a Ctrl-C while the ranks exit is ignored
 
 
 def _interrupt_is_one_line(argv: Sequence[str]) -> None:

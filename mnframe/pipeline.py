@@ -131,6 +131,8 @@ def attach_checkpoints(trainer, cfg: RunConfig, run_dir, comm, config, config_ha
         config=config,
         on_nonfinite=cfg.trainer.on_nonfinite,
         resume=cfg.resume,
+        divergence_factor=cfg.trainer.divergence_factor,
+        divergence_warmup=cfg.trainer.divergence_warmup,
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from mnframe.runtime.errors import ConfigError
+from mnframe.runtime.errors import ConfigError, agreed
 
 LAST = "last"  # --checkpoint last: the newest complete checkpoint
 
@@ -178,6 +178,19 @@ class Trained(NamedTuple):
     source: str  # where the weights came from (for the record)
 
 
+def with_import_hint(text: str) -> str:
+    """A message about a run's ``_target_`` that does not import, with where this command looked:
+    the working directory and PYTHONPATH (the run's own code is found there, not in the run)."""
+    if "_target_: cannot import module" not in text:
+        return text
+    path = f"PYTHONPATH={os.environ['PYTHONPATH']}" if os.environ.get("PYTHONPATH") else "PYTHONPATH unset"
+    return (
+        f"{text}\nThe run's code is imported from the working directory ({os.getcwd()}) and "
+        f"{path}: run this command from the directory the run was trained in, or add the directory "
+        "holding that module to PYTHONPATH (PYTHONPATH=/path/to/project python -m mnframe ...)."
+    )
+
+
 def build_trained(world, run_dir: str, overrides: Sequence[str], checkpoint: Optional[str], has_cuda: bool) -> Trained:
     """The run's model on every rank, its weights loaded (ConfigError on every rank otherwise)."""
     from mnframe.builder.communicator import build_communicators
@@ -190,7 +203,10 @@ def build_trained(world, run_dir: str, overrides: Sequence[str], checkpoint: Opt
     from mnframe.utils.collectives import share_verdict
 
     yaml_text = shared_run_config(world, run_dir, overrides)
-    cfg, config, _ = agree_on_config(world, yaml_text, has_cuda)
+    try:
+        cfg, config, _ = agree_on_config(world, yaml_text, has_cuda)
+    except ConfigError as exc:  # raised on every rank: so is the longer one
+        raise agreed(ConfigError(with_import_hint(str(exc)))) from None
     comms = build_communicators(cfg.communicator, cfg.topology)
     device = select_device(cfg.trainer.device, comms.world)
     seed_everything(cfg.seed, device)

@@ -24,6 +24,39 @@ MODULES = ("optuna", "sqlalchemy", "hydra_plugins.hydra_optuna_sweeper")
 FIX = 'pip install "mnframe[tune]" (hydra-optuna-sweeper, optuna>=2.10,<3, sqlalchemy<2)'
 
 
+# Hydra's Optuna sweeper chosen without tune=optuna (lightning-hydra-template's
+# `-m hydra/sweeper=optuna ...`): the trials would return no objective (issue 38)
+WITHOUT_TUNE = (
+    "hydra/sweeper=optuna alone gives the trials no objective (mnframe's job returns tune.metric only "
+    "with tune=optuna); use tune=optuna, which selects the Optuna sweeper, keeps the study in the sweep "
+    "directory and sets the objective: python -m mnframe -m tune=optuna tune.metric=validation/main/accuracy "
+    "hydra.sweeper.direction=maximize 'optimizer.lr=interval(0.01,0.1)'"
+)
+
+
+def environment_problem(version=None) -> Optional[str]:
+    """Why the installed packages cannot run tune=optuna although they import (None: they can):
+    optuna 2.x, the newest hydra-optuna-sweeper allows, cannot store a study with SQLAlchemy 2
+    (full MLflow brings it); the study then failed inside an OmegaConf resolver with an empty
+    "AssertionError raised while resolving interpolation". ``version``: name -> version (tests)."""
+    from importlib import metadata
+
+    def installed(name):
+        try:
+            return (version or metadata.version)(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    sqlalchemy, optuna = installed("sqlalchemy"), installed("optuna")
+    if sqlalchemy and optuna and int(sqlalchemy.split(".")[0]) >= 2 and int(optuna.split(".")[0]) < 3:
+        return (
+            f"tune=optuna: optuna {optuna} (hydra-optuna-sweeper pins optuna<3) cannot keep its study with "
+            f"SQLAlchemy {sqlalchemy}; install sqlalchemy<2 (pip install 'sqlalchemy>=1.4,<2'), in a virtual "
+            f"environment of its own if another package (full mlflow) needs SQLAlchemy 2"
+        )
+    return None
+
+
 def requested(argv: Sequence[str]) -> bool:
     """Whether the command line asks for the Optuna sweeper."""
     return any(a in ("tune=optuna", "hydra/sweeper=optuna") for a in argv)
@@ -42,6 +75,9 @@ def require(argv: Sequence[str]) -> None:
             raise DependencyError(
                 f"tune=optuna needs {module}, which cannot be imported ({type(exc).__name__}: {exc}); fix: {FIX}"
             ) from None
+    problem = environment_problem()
+    if problem:
+        raise DependencyError(problem)
 
 
 def _mkdir(path: str) -> str:

@@ -89,6 +89,31 @@ def test_nonfinite_loss_stops_the_run_with_status_4(tmp_path, n):
     assert manifest["iteration"] == iteration - 1
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("on_nonfinite", ["stop", "ignore"])
+def test_a_finite_loss_that_runs_away_stops_the_run_unless_ignored(tmp_path, on_nonfinite):
+    """Issue 38 item 7: Adam with alpha=1e6 never reaches NaN (loss 5.6e10) and exited 0 with a
+    model; now every rank stops with status 4 and one line. ``ignore`` trains on as before."""
+    run_dir = tmp_path / "run"
+    result = run_mpi(
+        ["-m", "mnframe", *TINY_MNIST, "optimizer=adam", "optimizer.alpha=1e6", "trainer.stop=[1,epoch]"]
+        + [f"trainer.on_nonfinite={on_nonfinite}", f"hydra.run.dir={run_dir}"],
+        n=2,
+        timeout=TIMEOUT,
+        cwd=str(REPO),
+    )
+    assert not result.timed_out, result.output[-3000:]
+    if on_nonfinite == "ignore":
+        assert result.returncode == 0, result.output[-3000:]
+        assert "training diverged" not in result.output and list(run_dir.glob("model*.npz"))
+        return
+    assert result.returncode == 4, result.output[-3000:]
+    [line] = [line for line in result.stderr.splitlines() if "training diverged" in line]
+    assert "main/loss = " in line and "x its lowest value" in line and "(trainer.divergence_factor)" in line
+    assert "Traceback" not in result.output
+    assert not list(run_dir.glob("model*.npz")), "a model was written from a diverged run"
+
+
 # -- Ctrl-C --------------------------------------------------------------------------------------
 
 

@@ -20,6 +20,8 @@ def attach(
     on_nonfinite="stop",
     topology=None,
     resume: ResumeMode = "auto",
+    divergence_factor=1.0e4,
+    divergence_warmup=10,
 ):
     """Install checkpointing on ``trainer`` and resume it if a checkpoint applies (collective).
 
@@ -28,7 +30,8 @@ def attach(
     CheckpointConfig (or a dict of its fields); ``config`` (a plain dict of the
     whole run configuration) is stored in the manifest so a later resume can
     show what changed. ``on_nonfinite``: ``stop`` ends training at a non-finite loss
-    (``trainer.on_nonfinite``; see divergence.py), ``ignore`` does not look.
+    (``trainer.on_nonfinite``; see divergence.py), ``ignore`` does not look; ``divergence_factor``
+    and ``divergence_warmup`` set the rule for a finite loss that runs away (None: off).
     ``topology`` (the topology section, a model or dict; default: ``config['topology']``,
     else data parallel) gives the layout recorded in each manifest (mnframe.checkpoint.layout),
     so ``comm`` must be the world communicator. ``resume``: ``auto`` (the newest good
@@ -54,6 +57,8 @@ def attach(
         preemption_enabled=cfg.preemption,
         on_nonfinite=on_nonfinite,
         async_save=cfg.async_save,
+        divergence_factor=divergence_factor,
+        divergence_warmup=divergence_warmup,
     )
     ext.bind(trainer)
     trainer.extend(ext, name=ext.name, trigger=ext.trigger, priority=ext.priority)

@@ -4,7 +4,7 @@ Runs after every other extension of an iteration (priority 0), so the states it
 saves are final for that iteration. Each iteration it (1) agrees with the other
 ranks (one tiny allreduce, when preemption or the non-finite check is on)
 whether a SIGTERM/SIGUSR1/Ctrl-C arrived anywhere and whether any rank saw a
-non-finite loss (``divergence``), (2) on a non-finite loss stops the trainer
+non-finite or runaway loss (``divergence``), (2) on such a loss stops the trainer
 without writing a checkpoint (the newest one stays the last finite one), (3)
 writes a checkpoint every ``interval`` iterations, when preempted, and on the
 trainer's last iteration: inside the loop, before Chainer finalizes the
@@ -73,6 +73,8 @@ class CheckpointExtension(extension.Extension):
         abort_on_error=True,
         on_nonfinite="stop",
         async_save=False,
+        divergence_factor=1.0e4,
+        divergence_warmup=10,
     ):
         self.store = store
         self.comm = comm
@@ -83,6 +85,7 @@ class CheckpointExtension(extension.Extension):
         self.preemption_enabled = preemption_enabled
         self.abort_on_error = abort_on_error
         self.on_nonfinite = on_nonfinite
+        self.watch = divergence.Watch(divergence_factor, divergence_warmup)  # the finite (runaway) rule
         self.preempted = False
         self.interrupted = False  # the stop was a Ctrl-C (the runner exits 130)
         self.diverged = None  # the one line saying where the loss became non-finite
@@ -138,7 +141,7 @@ class CheckpointExtension(extension.Extension):
         checking = self.on_nonfinite == "stop"
         if not (checking or self.preemption_enabled):
             return False, 0, None, None
-        code, key = divergence.code_of(trainer.observation) if checking else (0, None)
+        code, key = self.watch.code(trainer.observation) if checking else (0, None)
         size, rank = self.comm.size, self.comm.rank
         stop, (code_max, first) = preemption.agree(self.comm, extra=(code, size - rank if code else 0))
         return stop, code_max, (size - first if first else None), key
@@ -146,7 +149,8 @@ class CheckpointExtension(extension.Extension):
     def _diverge(self, iteration, code, rank, key):
         self._poll_background(wait=True)  # the save in flight holds finite weights: commit it
         self.stopping = True
-        self.diverged = divergence.message(iteration, code, rank, key, self.last_saved or self.resumed_from)
+        detail = self.watch.detail if key else None  # this rank saw it: the value, its lowest
+        self.diverged = divergence.message(iteration, code, rank, key, self.last_saved or self.resumed_from, detail)
 
     def _save_finite(self, trainer, reason, background=False):
         """Save unless the weights are non-finite somewhere (then stop as diverged). Collective."""

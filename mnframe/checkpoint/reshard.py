@@ -149,7 +149,8 @@ def plan(comm, directory, name, manifest, new, allow_unsafe=False, params=None, 
     if check:
         check_replicas(comm, directory, name, manifest, new, params)
     note = (
-        f"world size {manifest.world_size} -> {size}: data re-sharded, iterators restart their epoch, "
+        f"world size {manifest.world_size} -> {size}: data re-sharded, iterators restart their epoch "
+        f"(the epoch count goes on), "
         f"per-rank random states not restored"
     )
     if old["kind"] == "model_parallel" or new["kind"] == "model_parallel":

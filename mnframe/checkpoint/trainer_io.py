@@ -7,8 +7,9 @@ world size each rank loads its own file: an exact resume. With a different
 world size every rank loads the file of a rank that ran the same model-parallel
 stage (``mnframe.checkpoint.reshard``; rank 0's for data parallelism) but skips the
 per-rank parts (iterator positions and random states): the data is re-sharded and
-iterators restart their epoch. Files are read with ``mnframe.utils.safe_npz`` (no pickle, bounded
-sizes): a file that could run code is refused on every rank with status 2.
+iterators start their epoch over, keeping the epoch count (``keep_epochs``). Files are
+read with ``mnframe.utils.safe_npz`` (no pickle, bounded sizes): a file that could run
+code is refused on every rank with status 2.
 """
 
 import os
@@ -68,6 +69,8 @@ def load_trainer(directory, manifest, trainer, comm, source=None):
         unsafe = outside_problem(directory, name)
         if unsafe is None:
             load_npz(path, trainer, ignore_names=is_per_rank if resharded else None)
+            if resharded:
+                keep_epochs(path, trainer)
     except UnsafeFile as exc:
         unsafe = str(exc)
     except Exception as exc:
@@ -76,6 +79,30 @@ def load_trainer(directory, manifest, trainer, comm, source=None):
     collectives.share_verdict(comm, unsafe, "checkpoint.safe_load", UnsafeFile, distinct)
     collectives.share_verdict(comm, err, "checkpoint.load", ResumeFailed, _resume_failed)
     return resharded
+
+
+def keep_epochs(path, trainer):
+    """At another world size each iterator starts its epoch over (positions and shuffle orders
+    are per rank) but its epoch count goes on from the file's: a rank's shard is one pass over
+    the data at any world size, so the summary ("40 iterations (2 epochs)"), the log and an
+    epoch stop trigger count the run's epochs, not only those since the resize (issue 38)."""
+    from chainer.serializers import DictionarySerializer
+    from chainer.serializers.npz import NpzDeserializer
+
+    from mnframe.utils.safe_npz import SafeNpz
+
+    iterators = dict(getattr(trainer.updater, "_iterators", None) or {})
+    with SafeNpz(path) as npz:
+        for name, iterator in iterators.items():
+            key = f"updater/iterator:{name}/epoch"
+            if key not in npz:
+                continue
+            state = {}
+            iterator.serialize(DictionarySerializer(state))  # its fresh state, in the same keys
+            if "epoch" not in state:
+                continue
+            state["epoch"] = npz[key]
+            iterator.serialize(NpzDeserializer(state))
 
 
 def _resume_failed(f) -> str:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from mnframe.config.errors import ConfigError, ConfigIssue, ConfigIssues, suggest, unknown_key_issue
+from mnframe.config.sources import yaml_problem
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = PACKAGE_DIR.parent
@@ -125,6 +126,17 @@ def find_recipes(config_dirs: Sequence[Path] = ()) -> Dict[str, Path]:
     return found
 
 
+def remember_recipe(name: Optional[str], config_dirs: Sequence[Path], overrides: Sequence[str]) -> None:
+    """Tell ``sources`` which recipe file this job composed (messages name its lines)."""
+    from mnframe.config.sources import remember
+
+    path = None
+    if name:
+        native = [d / "recipe" / f"{name}.yaml" for d in config_dirs if (d / "recipe" / f"{name}.yaml").is_file()]
+        path = native[-1] if native else find_recipes(config_dirs).get(name)
+    remember(path, overrides)
+
+
 # recipe name -> why its file could not be read (reported only when it is chosen)
 UNREADABLE_RECIPES: Dict[str, str] = {}
 
@@ -148,7 +160,7 @@ def register_recipes(config_dirs: Sequence[Path] = ()) -> Dict[str, Path]:
         try:
             node = OmegaConf.load(path)
         except Exception as exc:  # a YAML syntax error names the file
-            UNREADABLE_RECIPES[name] = f"cannot read {path}: {' '.join(str(exc).split())}"
+            UNREADABLE_RECIPES[name] = f"cannot read {yaml_problem(exc, path)}"
             continue
         store.store(group="recipe", name=name, node=node, package="_global_")
     return recipes
@@ -191,7 +203,7 @@ def register_recipe_options(config_dirs: Sequence[Path] = ()) -> Dict[Tuple[str,
         try:
             node = OmegaConf.load(path)
         except Exception as exc:  # a YAML syntax error names the file
-            raise ConfigError(f"cannot read config option {group}={name} from {path}: {exc}") from None
+            raise ConfigError(f"cannot read config option {group}={name} from {yaml_problem(exc, path)}") from None
         store.store(group=group, name=name, node=node)
     return options
 
@@ -346,7 +358,28 @@ def hydra_error_to_config_error(
         return ConfigIssues(issues)
     if isinstance(exc, yaml.YAMLError):
         return ConfigError("cannot read a config file (a YAML syntax error):\n  " + text.replace("\n", "\n  "))
+    unparsed = _override_parse_error(exc)
+    if unparsed is not None:
+        return unparsed
     return ConfigError("invalid configuration (from Hydra):\n  " + text.replace("\n", "\n  "))
+
+
+def _override_parse_error(exc: BaseException) -> Optional[ConfigError]:
+    """Hydra could not parse a command-line override (``'trainer.stop=[5,epoch'``): one line
+    naming the override, what the parser said and how overrides are written (issue 38)."""
+    from hydra.errors import OverrideParseException
+
+    while exc is not None and not isinstance(exc, OverrideParseException):
+        exc = exc.__cause__ or exc.__context__
+    if exc is None:
+        return None
+    said = " ".join(str(exc.message).split("See https://")[0].split())
+    return ConfigError(
+        f"cannot parse the override {exc.override!r}: {said}; check its brackets and quotes: a list is "
+        "key=[a,b] (e.g. trainer.stop=[5,epoch]), a string with spaces or special characters is "
+        "key='a b', and the whole override goes in single quotes for your shell "
+        "(https://hydra.cc/docs/advanced/override_grammar/basic/)"
+    )
 
 
 def _unknown_override_key(override_key: str, cause: Any) -> ConfigIssue:
@@ -422,6 +455,7 @@ def compose(
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import open_dict
 
     config_dirs = [Path(d).resolve() for d in config_dirs]
     register_groups(config_dirs)
@@ -432,7 +466,11 @@ def compose(
     GlobalHydra.instance().clear()
     with hydra_errors_as_config_errors(config_dirs, users, validate):
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            return resolve(hydra_compose(config_name="config", overrides=overrides))
+            cfg = hydra_compose(config_name="config", overrides=overrides, return_hydra_config=True)
+            remember_recipe(cfg.hydra.runtime.choices.get("recipe"), config_dirs, users)
+            with open_dict(cfg):
+                del cfg["hydra"]  # only its choices were wanted
+            return resolve(cfg)
 
 
 def run_dir_error(exc: BaseException, run_dir: Optional[str] = None) -> ConfigError:
@@ -450,6 +488,34 @@ def run_dir_error(exc: BaseException, run_dir: Optional[str] = None) -> ConfigEr
 RECORDING_SWEEPERS = ("hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper",)
 
 
+class _EndSweep(BaseException):
+    """Raised in a sweep's first job to end the whole sweep (``run_hydra`` raises the reason)."""
+
+
+# Sweepers that optimise the jobs' return value: mnframe's job returns one only with ``tune``
+OBJECTIVE_SWEEPERS = RECORDING_SWEEPERS
+
+
+def _main_unless_refused(main: Callable[[], Any], refused: List[ConfigError]) -> None:
+    """Hydra's ``main()``; a sweep refused in its first job (``_sweep_refusal``) raises that
+    reason, not whatever the sweeper made of the job (a traceback is not the news)."""
+    try:
+        main()
+    finally:
+        if refused:
+            raise refused[0] from None
+
+
+def _sweep_refusal(sweep: bool, hydra_cfg: Any, config: Dict[str, Any]) -> List[ConfigError]:
+    """[why this sweep cannot work] or []: an objective sweeper (``-m hydra/sweeper=optuna``,
+    or one chosen in a config file) without ``tune``, whose jobs would return no value."""
+    if sweep and hydra_cfg.sweeper.get("_target_") in OBJECTIVE_SWEEPERS and config.get("tune") is None:
+        from mnframe.tune import WITHOUT_TUNE
+
+        return [ConfigError(WITHOUT_TUNE)]
+    return []
+
+
 def run_hydra(
     argv: Sequence[str], task: Callable[[ComposedJob], Any], prog: str = "mnframe", validate: Optional[Validator] = None
 ) -> None:
@@ -465,6 +531,7 @@ def run_hydra(
     config_dirs = config_dirs_from_argv(argv)
     register_groups(config_dirs)
     in_task, task_errors, recorded = [], [], []  # recorded: the sweeper keeps failed jobs as results
+    refused: List[ConfigError] = []  # a sweep that cannot work (OBJECTIVE_SWEEPERS without tune)
 
     def _job(cfg) -> Any:
         in_task.append(True)
@@ -478,9 +545,10 @@ def run_hydra(
             raise
 
     def _compose_and_run(cfg) -> Any:
+        hydra_cfg = HydraConfig.get()
+        remember_recipe(hydra_cfg.runtime.choices.get("recipe"), config_dirs, hydra_cfg.overrides.task)
         with hydra_errors_as_config_errors(config_dirs):
             config = resolve(cfg)
-        hydra_cfg = HydraConfig.get()
         record = {
             "config.yaml": OmegaConf.to_yaml(cfg),
             "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
@@ -489,6 +557,9 @@ def run_hydra(
         sweep = hydra_cfg.mode == RunMode.MULTIRUN
         if sweep and not recorded:
             recorded.append(hydra_cfg.sweeper.get("_target_") in RECORDING_SWEEPERS)
+        refused.extend(_sweep_refusal(sweep, hydra_cfg, config))
+        if refused:
+            raise _EndSweep()  # not an Exception: Hydra's run_job would keep it as a failed trial
         return task(
             ComposedJob(
                 config=config,
@@ -506,7 +577,7 @@ def run_hydra(
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let exceptions reach the guard
     GlobalHydra.instance().clear()
     try:
-        main()
+        _main_unless_refused(main, refused)
         failed = [e for e in task_errors if isinstance(e, ConfigError)]
         if failed and recorded != [True]:  # the first failed job's error, as Hydra raises it at the end of a sweep
             raise failed[0]

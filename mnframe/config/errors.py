@@ -58,9 +58,17 @@ def unknown_key_issue(
     )
 
 
+def _render(issue: ConfigIssue) -> str:
+    """The issue's line, with the recipe file and line that set its key (``sources``)."""
+    from mnframe.config.sources import where
+
+    found = where(issue.path)
+    return issue.render() + (f" [set in {found}]" if found else "")
+
+
 def format_issues(issues: Sequence[ConfigIssue], header: str = "invalid configuration") -> str:
     lines = [f"{header}: {len(issues)} problem{'s' if len(issues) != 1 else ''}"]
-    lines += [i.render() for i in issues]
+    lines += [_render(i) for i in issues]
     lines.append(
         "Fix the recipe YAML or the command-line override named above "
         "(`python -m mnframe ... --cfg job` shows the composed config)."

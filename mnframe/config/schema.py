@@ -241,6 +241,10 @@ class TrainerConfig(Strict):
     ``on_nonfinite``: ``stop`` ends the run when a reported loss (or the weights about
     to be checkpointed) is NaN or infinite, on every rank at the same iteration, with
     exit status 4 and no model written; ``ignore`` trains on regardless.
+    ``divergence_factor``: with ``on_nonfinite: stop``, a finite loss stops the run the same
+    way once it is above this factor times its lowest value so far and above its first
+    value, after ``divergence_warmup`` iterations of this run (``mnframe.checkpoint.divergence``);
+    null turns this rule off.
     """
 
     stop: Tuple[PositiveInt, Unit] = Field(
@@ -250,6 +254,8 @@ class TrainerConfig(Strict):
     out: Optional[str] = None
     threads: Union[Literal["auto", "keep"], PositiveInt] = "auto"
     on_nonfinite: Literal["stop", "ignore"] = "stop"
+    divergence_factor: Optional[float] = Field(1.0e4, gt=1)
+    divergence_warmup: NonNegativeInt = 10
 
 
 # -- debug -------------------------------------------------------------------

@@ -227,6 +227,25 @@ def _missing_values(node: Any, path: str = ""):
 _INVALID = object()  # a section pass 1 could not type
 
 
+def _model_without_target(name: str, value: Any) -> List[ConfigIssue]:
+    """``model: {n_units: 50}``: without ``_target_`` the keys are read as named models
+    (dcgan's gen/dis), which gave "Input should be a valid dictionary or instance of
+    Component"; say what the user most likely meant instead (issue 38)."""
+    if name != "model" or not isinstance(value, dict) or "_target_" in value:
+        return []
+    plain = sorted(str(k) for k, v in value.items() if not isinstance(v, dict))
+    if not plain:
+        return []  # named models: their own issues say what is wrong inside them
+    return [
+        ConfigIssue(
+            "model",
+            f"no _target_, so its keys are read as named models and {', '.join(plain)} is not one; "
+            "add `_target_: your_module.YourModel` to the model section, or pick a model option in your "
+            "recipe's defaults (`- override /model: mlp`, or model=mlp on the command line) and set only its keys",
+        )
+    ]
+
+
 def _section(name: str, field: Any, value: Any) -> Tuple[Any, List[ConfigIssue]]:
     """Pass 1 on one section: (typed section or ``_INVALID``, its issues).
 
@@ -238,7 +257,7 @@ def _section(name: str, field: Any, value: Any) -> Tuple[Any, List[ConfigIssue]]
     try:
         return TypeAdapter(annotation).validate_python(value), []
     except ValidationError as err:
-        issues = issues_from_validation(err, value, name, field.annotation)
+        issues = _model_without_target(name, value) or issues_from_validation(err, value, name, field.annotation)
         bad = {e["loc"][0] for e in err.errors() if e["loc"]}
     model = field.annotation
     if inspect.isclass(model) and issubclass(model, BaseModel) and isinstance(value, dict):

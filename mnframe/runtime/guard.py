@@ -310,3 +310,18 @@ def run_main(fn, *args, **kwargs):
     except BaseException as exc:  # noqa: B902 - everything ends the job, that is the point
         handle_uncaught(type(exc), exc, exc.__traceback__)
     return 0
+
+
+def exit_quietly(status: int) -> None:
+    """``sys.exit(status)``; after a success (0) a Ctrl-C is ignored from now on (``python -m mnframe``).
+
+    All that is left is exiting, and it can take a second: the exit deadline waits for the
+    other ranks, then Python's finalization restores SIGINT's default action (only a
+    Python-level handler is reset, ``SIG_IGN`` stays) before mpi4py's ``MPI_Finalize``, which
+    waits for every rank. A Ctrl-C there killed a rank by signal and turned a finished job
+    into MPICH's "BAD TERMINATION" banner and status 2 (issue 38)."""
+    import signal
+
+    if status == 0 and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(status)

@@ -152,6 +152,7 @@ def pytest_collection_modifyitems(session, config, items):
             dropped.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
+
     # The MPI launches run in the background while the tests before their items run; job-level
     # tests but the smoke ones come after them, on a quiet machine (some time their jobs).
     def place(item):

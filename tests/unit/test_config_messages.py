@@ -168,3 +168,57 @@ def test_refused_overrides_and_validation_problems_come_in_one_message():
     assert "4 problems" in text
     for needle in ("did you mean 'stop'", "did you mean 'adam'", "did you mean 'n_units'", "did you mean 'scatter'"):
         assert needle in text
+
+
+# -- issue 38 item 9: messages that did not help --------------------------------------------------
+
+
+def test_an_override_hydra_cannot_parse_is_named_with_how_to_write_it():
+    with pytest.raises(ConfigError) as info:
+        C.compose(["trainer.stop=[5,epoch"])
+    text = str(info.value)
+    assert text.startswith("cannot parse the override 'trainer.stop=[5,epoch': no viable alternative")
+    assert "key=[a,b] (e.g. trainer.stop=[5,epoch])" in text and "single quotes" in text
+    assert "\n" not in text  # one line
+
+
+def test_a_model_section_without_target_says_to_add_one_or_pick_an_option(tmp_path):
+    (tmp_path / "nt.yaml").write_text("# @package _global_\nname: nt\nmodel: {n_units: 50}\n")
+    text = refused("recipe=nt", config_dirs=[tmp_path])
+    line = line_of(text, "model")
+    assert "no _target_" in line and "n_units is not one" in line
+    assert "add `_target_: your_module.YourModel`" in line and "`- override /model: mlp`" in line
+    assert "valid dictionary or instance of Component" not in text
+    assert line.endswith(f"[set in {tmp_path / 'nt.yaml'}, line 3]")
+
+
+def test_a_bad_value_in_a_recipe_file_names_its_file_and_line_unless_overridden(tmp_path):
+    recipe = tmp_path / "bv.yaml"
+    recipe.write_text(
+        "# @package _global_\ndefaults:\n  - override /model: mlp\nname: bv\ndataset:\n  batch_size: -5\n"
+    )
+    line = line_of(refused("recipe=bv", config_dirs=[tmp_path]), "dataset.batch_size")
+    assert line.endswith(f"(got -5) [set in {recipe}, line 6]")
+    line = line_of(refused("recipe=bv", "dataset.batch_size=-3", config_dirs=[tmp_path]), "dataset.batch_size")
+    assert line.endswith("(got -3)")  # the command line set it: no file to point at
+
+
+def test_a_yaml_syntax_error_in_a_recipe_names_file_line_and_column(tmp_path):
+    (tmp_path / "bad.yaml").write_text("# @package _global_\nname: bad\nmodel:\n  n_units: 50\n   channels: 3\n")
+    with pytest.raises(ConfigError) as info:
+        C.compose(["recipe=bad"], [tmp_path])
+    assert f"cannot read {tmp_path / 'bad.yaml'}, line 5, column 12: mapping values are not allowed here" in str(
+        info.value
+    )
+
+
+def test_a_target_that_does_not_import_under_evaluate_names_the_directory_and_pythonpath(monkeypatch, tmp_path):
+    from mnframe.trained import with_import_hint
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", "/somewhere")
+    text = "invalid configuration: 1 problem\n  model._target_: cannot import module 'my_models' (...)"
+    hinted = with_import_hint(text)
+    assert f"working directory ({tmp_path})" in hinted and "PYTHONPATH=/somewhere" in hinted
+    assert "run this command from the directory the run was trained in" in hinted
+    assert with_import_hint("dataset.batch_size: bad") == "dataset.batch_size: bad"

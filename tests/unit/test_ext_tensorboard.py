@@ -40,3 +40,20 @@ def test_each_log_entry_is_written_once_across_a_resume(tmp_path):
         for step, value in losses.items():
             assert value == pytest.approx(log[step - 1]["main/loss"], rel=1e-6)
     assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_the_extra_installs_the_viewer_the_docs_tell_users_to_run(tmp_path):
+    """Issue 38 item 11: `pip install 'mnframe[tensorboard]'` brings `tensorboard --logdir runs/`,
+    and that TensorBoard reads what logger=tensorboard wrote."""
+    import re
+    from pathlib import Path
+
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    [line] = [ln for ln in pyproject.splitlines() if ln.startswith("tensorboard = [")]  # no tomllib on 3.10
+    extra = re.findall(r'"([^"]+)"', line.split("#")[0])
+    assert any(r.startswith("tensorboardX") for r in extra) and any(r.startswith("tensorboard>") for r in extra)
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    _run(tmp_path, 3)
+    events = accumulator.EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("main/loss")] == [1, 2, 3]

@@ -162,7 +162,9 @@ def test_replicas_that_agree_resize_with_a_note(tmp_path):
     d, manifest = _resize_checkpoint(tmp_path, [1.0, 2.0, 1.0, 2.0])  # stage 0: 1.0, stage 1: 2.0
     source, note = reshard.plan(MPI.COMM_SELF, str(d), "iter_00000006", manifest, L.make_layout(2, TOPO), params=PARAMS)
     assert source == "rank_00000.npz"
-    assert note.startswith("world size 4 -> 2: data re-sharded, iterators restart their epoch")
+    assert note.startswith(
+        "world size 4 -> 2: data re-sharded, iterators restart their epoch (the epoch count goes on)"
+    )
     assert "model parallel, 2 stages x 2 replicas -> model parallel, 2 stages x 1 replica" in note
     assert "\n" not in note
 
@@ -276,3 +278,34 @@ def test_a_signed_manifest_without_layout_still_verifies():
     assert signing.problem(Manifest.from_json(new.to_json()), b"k", "x") is None
     new.layout["stages"] = 1  # the layout is signed too
     assert signing.problem(new, b"k", "x") is not None
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_at_another_world_size_the_epoch_count_goes_on_from_the_file(tmp_path, shuffle):
+    """Issue 38 item 11: after a 2 -> 1 resume the summary said "40 iterations (0 epochs)"."""
+    import chainer
+    from chainer import training
+
+    from mnframe.checkpoint.trainer_io import keep_epochs
+
+    def trainer(n):
+        data = np.arange(n, dtype=np.float32).reshape(-1, 1)
+        it = chainer.iterators.SerialIterator(data, 5, shuffle=shuffle)
+        model = chainer.links.Linear(1, 1)
+        optimizer = chainer.optimizers.SGD()
+        optimizer.setup(model)
+        return training.Trainer(training.updaters.StandardUpdater(it, optimizer), (1, "iteration"), out=str(tmp_path))
+
+    old = trainer(10)  # 2 passes over a rank's old shard of 10
+    for _ in range(4):
+        old.updater.get_iterator("main").next()
+    old.updater.get_iterator("main").next()  # and a bit: position 5 of the third pass
+    path = tmp_path / "rank_00000.npz"
+    state = {}
+    old.updater.serialize(chainer.serializers.DictionarySerializer(state)["updater"])  # the trainer file's keys
+    np.savez(str(path), **state)
+    new = trainer(20)  # this rank's new, larger shard
+    keep_epochs(str(path), new)
+    iterator = new.updater.get_iterator("main")
+    assert new.updater.epoch == 2 and iterator.current_position == 0 and iterator.epoch_detail == 2.0
+    assert len(iterator.next()) == 5 and iterator.epoch == 2  # it goes on over the new shard

@@ -26,6 +26,24 @@ def test_code_of_finds_the_first_non_finite_loss_only():
     assert divergence.code_of({"main/loss": numpy.zeros(3)}) == (0, None)  # not a scalar: not judged
 
 
+def test_watch_stops_a_finite_loss_that_runs_away_and_not_normal_noise():
+    """Issue 38 item 7: after the warm-up, above factor x lowest AND above the first value."""
+    watch = divergence.Watch(factor=1.0e4, warmup=3)
+    losses = [2.3, 1.0e3, 1.0e5]  # the warm-up (3 iterations) is not judged
+    assert [watch.code({"main/loss": v})[0] for v in losses] == [0, 0, 0]
+    assert watch.code({"main/loss": 5.6e10, "main/accuracy": 1e30}) == (divergence.RUNAWAY, "main/loss")
+    assert "main/loss = 5.6e+10, above 10000 x its lowest value 2.3" in watch.detail
+    # a tiny best loss followed by ordinary noise, below the first value: normal training
+    quiet = divergence.Watch(factor=1.0e4, warmup=3)
+    for v in [2.3, 1.0, 1.0e-7, 1.0e-7, 0.5, 2.0, 0.1]:
+        assert quiet.code({"main/loss": v}) == (0, None)
+    # negative losses are not judged by the factor; NaN still is, and first
+    neg = divergence.Watch(factor=10, warmup=0)
+    assert [neg.code({"nll/loss": v})[0] for v in (-1.0, 100.0)] == [0, 0]
+    assert neg.code({"nll/loss": math.nan}) == (1, "nll/loss")
+    assert divergence.Watch(factor=None, warmup=0).code({"main/loss": 1.0})[0] == 0
+
+
 def test_first_ctrl_c_requests_a_checkpoint_and_a_second_exits_130_at_once():
     """In a child process: the second press (later than SECOND_INTERRUPT_S) ends it with 130;
     a press within that time (one keypress reaching a rank twice) does not."""
