@@ -128,9 +128,9 @@ def finish(cfg: RunConfig, job: Job, run_dir: str, seconds: float = 0.0) -> None
     """After training: a checkpoint of the last iteration (normally written inside the loop
     already) and the model as ``model*.npz``, then one summary line on rank 0. A run that
     diverged or was interrupted (Ctrl-C) ends with its own status instead (every rank)."""
-    from mnframe import summary
     from mnframe.checkpoint.export import export_models
     from mnframe.runtime.errors import Interrupted, TrainingDiverged
+    from mnframe.training import summary
 
     ckpt = job.checkpoint
     ckpt.save_final(job.trainer)

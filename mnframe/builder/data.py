@@ -14,8 +14,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from mnframe._config_issue import unknown_name
-from mnframe._targets import check_target
+from mnframe._internal.config_issue import unknown_name
+from mnframe._internal.targets import check_target
 from mnframe.builder.instantiate import agree_on_faults, instantiate
 from mnframe.config.errors import ConfigIssue
 from mnframe.config.schema import DatasetConfig

@@ -62,7 +62,7 @@ def nccl_scope(comm):
     path = getattr(type(comm), "reducers", {}).get("cupy")
     if path is None:
         return None
-    from mnframe._import_path import resolve
+    from mnframe._internal.import_path import resolve
 
     return getattr(resolve(path) if isinstance(path, str) else path, "nccl_scope", None)
 

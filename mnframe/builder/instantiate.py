@@ -1,4 +1,4 @@
-"""``_target_`` components: call one (``mnframe._targets.call_target``) with the config's kwargs.
+"""``_target_`` components: call one (``mnframe._internal.targets.call_target``) with the config's kwargs.
 
 A ``_target_`` that rejects its arguments (a missing data file, a negative
 size) is a configuration problem, not a crash: ``instantiate(..., path=key)``
@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Dict, Iterator, Optional
 
-from mnframe._targets import call_target
+from mnframe._internal.targets import call_target
 from mnframe.config.errors import ConfigError
 from mnframe.config.schema import Component
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List
 
-from mnframe._config_issue import unknown_name
-from mnframe._import_path import resolve as import_target
-from mnframe._targets import check_target
+from mnframe._internal.config_issue import unknown_name
+from mnframe._internal.import_path import resolve as import_target
+from mnframe._internal.targets import check_target
 from mnframe.config.errors import ConfigIssue, join_path
 from mnframe.config.schema import OptimizerConfig
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Dict, List, NamedTuple
 
-from mnframe._import_path import resolve as import_target
-from mnframe._targets import call_target, check_target
+from mnframe._internal.import_path import resolve as import_target
+from mnframe._internal.targets import call_target, check_target
 from mnframe.config.errors import ConfigIssue
 from mnframe.config.schema import UpdaterConfig
 

@@ -1,6 +1,6 @@
 """Atomic, verified checkpoints with exact resume, and graceful preemption (see docs/reliability.md)."""
 
-from mnframe._lazy import lazy_exports
+from mnframe._internal.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,

@@ -140,7 +140,7 @@ def build_user_model(cfg, name="main", model_rank=None):
     """The user's link ``name`` (no Classifier) built from a validated RunConfig, without communicators."""
     import chainer
 
-    from mnframe._targets import declared_parameters
+    from mnframe._internal.targets import declared_parameters
     from mnframe.builder.instantiate import instantiate
     from mnframe.builder.model import COMMUNICATOR_PARAMETERS
     from mnframe.config.schema import Component, DataParallelTopology

@@ -3,7 +3,7 @@
 import difflib
 import logging
 
-from mnframe._import_path import resolve as _resolve  # "module:Class" -> the class
+from mnframe._internal.import_path import resolve as _resolve  # "module:Class" -> the class
 from mnframe.communicators import config, registry
 
 log = logging.getLogger("mnframe.communicators")

@@ -16,7 +16,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from mnframe._import_path import resolve
+from mnframe._internal.import_path import resolve
 from mnframe.communicators import array_collectives as pc
 from mnframe.communicators import config, object_ops, packing, topology, wire_choice
 from mnframe.communicators.base import CommunicatorBase

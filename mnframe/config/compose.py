@@ -240,7 +240,7 @@ def register_groups(config_dirs: Sequence[Path] = ()) -> None:
 
 def register_resolvers() -> None:
     """OmegaConf resolvers mnframe's configs use (``mnframe_mkdir``: conf/tune/optuna.yaml)."""
-    from mnframe.tune import register_resolvers as tune_resolvers
+    from mnframe.config.tune_study import register_resolvers as tune_resolvers
 
     tune_resolvers()
 

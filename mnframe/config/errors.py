@@ -1,6 +1,6 @@
 """Configuration problems, collected and reported all at once.
 
-A ``ConfigIssue`` (``mnframe._config_issue``, the ground floor every package may
+A ``ConfigIssue`` (``mnframe._internal.config_issue``, the ground floor every package may
 import) names the config path, the bad value, what is wrong and what is allowed
 (with a "did you mean" suggestion for misspellings).
 ``raise_issues`` turns a list of them into one ``ConfigError`` whose message
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from mnframe._config_issue import ConfigIssue, join_path, suggest
+from mnframe._internal.config_issue import ConfigIssue, join_path, suggest
 from mnframe.runtime.errors import ConfigError
 
 

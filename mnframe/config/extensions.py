@@ -8,7 +8,7 @@ is one class here with ``kind: Literal["name"]`` and a ``build`` method, plus
 its name in ``Extension`` below; the validator, the error messages and the
 builder (``mnframe.builder.extensions``) derive everything from it.
 
-Only pydantic and the ground floor (``mnframe._targets``) are imported at module
+Only pydantic and the ground floor (``mnframe._internal.targets``) are imported at module
 level; ``build`` imports Chainer lazily.
 """
 
@@ -20,7 +20,7 @@ from typing import Annotated, Any, ClassVar, Dict, List, Literal, Optional, Unio
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt
 from typing_extensions import override
 
-from mnframe._targets import call_target, check_target
+from mnframe._internal.targets import call_target, check_target
 from mnframe.config.errors import ConfigIssue, join_path
 from mnframe.config.fields import Unit
 

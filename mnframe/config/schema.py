@@ -45,7 +45,7 @@ class Strict(BaseModel):
 class Component(BaseModel):
     """``{_target_: dotted.path, **kwargs}``: something the builder instantiates.
 
-    Extra keys are the keyword arguments; ``mnframe._targets.check_target`` checks
+    Extra keys are the keyword arguments; ``mnframe._internal.targets.check_target`` checks
     them against the target's signature (unknown or missing arguments).
     """
 
@@ -290,5 +290,5 @@ class RunConfig(Strict):
     # name -> typed entry; the kind is ``kind`` or the key (mnframe.config.extensions)
     extensions: Extensions = Field(default_factory=dict)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    tune: Optional[TuneConfig] = None  # the objective of a search (tune=optuna; mnframe.tune)
+    tune: Optional[TuneConfig] = None  # the objective of a search (tune=optuna; mnframe.commands.tune)
     debug: DebugConfig = Field(default_factory=DebugConfig)

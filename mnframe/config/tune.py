@@ -1,6 +1,6 @@
 """The ``tune`` section: what a hyper-parameter search (``tune=optuna``) optimises.
 
-Set by ``conf/tune/optuna.yaml``; ``mnframe.tune.objective`` reads it at the end of
+Set by ``conf/tune/optuna.yaml``; ``mnframe.commands.tune.objective`` reads it at the end of
 each trial (a sweep job) and returns the value to the sweeper.
 """
 
@@ -21,5 +21,5 @@ class TuneConfig(BaseModel):
         "last", description="last: the metric's last logged value; min/max: its best over the log"
     )
     n_trials: PositiveInt = Field(
-        20, description="trials of the whole study: a resumed study runs only the ones left (mnframe.tune)"
+        20, description="trials of the whole study: a resumed study runs only the ones left (mnframe.commands.tune)"
     )

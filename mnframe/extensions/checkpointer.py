@@ -31,8 +31,8 @@ import zipfile
 
 from chainer.training import extension
 
-from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import activation, preemption
+from mnframe.runtime.mpi_comm import mpi_comm_of
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_path
 from mnframe.utils.npz import save_npz

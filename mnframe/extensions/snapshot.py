@@ -26,8 +26,8 @@ import sys
 from chainer.serializers import npz as chainer_npz
 from chainer.training import extension
 
-from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import activation, preemption
+from mnframe.runtime.mpi_comm import mpi_comm_of
 from mnframe.utils import collectives
 from mnframe.utils.npz import save_npz
 from mnframe.utils.safe_npz import load_npz

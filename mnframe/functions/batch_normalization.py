@@ -12,8 +12,8 @@ returns mnframe's statistics exchange for that backend (``_MpiExchange``,
 import numpy
 from chainer import backend
 
-from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import oplog
+from mnframe.runtime.mpi_comm import mpi_comm_of
 from mnframe.utils import collectives
 
 _NAMES = ("mpi", "nccl", "auto")

@@ -31,8 +31,8 @@ from chainer import backend, configuration, function_node
 from chainer.links import BatchNormalization
 from chainer.utils import argument
 
-from mnframe._mpi_comm import mpi_comm_of
 from mnframe.functions.batch_normalization import _MpiExchange, _NcclExchange
+from mnframe.runtime.mpi_comm import mpi_comm_of
 from mnframe.utils import collectives
 
 __all__ = ["MultiNodeBatchNormalization"]

@@ -38,7 +38,7 @@ With ``double_buffering=True`` see :mod:`mnframe.optimizers.double_buffering`
 import chainer
 import numpy as np
 
-from mnframe._import_path import resolve
+from mnframe._internal.import_path import resolve
 from mnframe.optimizers.double_buffering import StaleGradientAverager
 from mnframe.utils import collectives
 

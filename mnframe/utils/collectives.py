@@ -12,8 +12,8 @@ and name the operation a stuck rank is in.
 
 import numpy
 
-from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import oplog
+from mnframe.runtime.mpi_comm import mpi_comm_of
 
 __all__ = [
     "allreduce_sum",

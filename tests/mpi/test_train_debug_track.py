@@ -22,7 +22,7 @@ def _dir(mpi_comm, name):
 
 
 def _train(*overrides):
-    from mnframe import cli
+    from mnframe.commands import cli
 
     cli.train([*SMALL, *overrides])
 

@@ -170,7 +170,7 @@ def test_the_preemption_checkpoint_is_synchronous_and_commits_the_one_in_flight_
 
 
 def test_the_runner_config_takes_async_save_and_names_a_bad_value():
-    from mnframe.cli import check
+    from mnframe.commands.cli import check
     from mnframe.config.errors import ConfigError
 
     assert "config OK" in check(["checkpoint.async_save=true"], 2)

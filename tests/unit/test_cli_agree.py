@@ -3,7 +3,7 @@ different config hash becomes the same ConfigError everywhere."""
 
 import pytest
 
-from mnframe import cli
+from mnframe.commands import cli
 from mnframe.config import compose as C
 from mnframe.config.errors import ConfigError
 

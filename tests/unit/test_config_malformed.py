@@ -5,8 +5,8 @@ import copy
 
 import pytest
 
-from mnframe import cli
 from mnframe.builder.validate import validate
+from mnframe.commands import cli
 from mnframe.config import compose as C
 from mnframe.config.errors import ConfigError
 

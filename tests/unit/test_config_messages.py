@@ -4,8 +4,8 @@ reported together. Through compose + validate, as ``--check`` runs them."""
 
 import pytest
 
-from mnframe import cli
 from mnframe.builder.validate import validate
+from mnframe.commands import cli
 from mnframe.config import compose as C
 from mnframe.config.errors import ConfigError
 

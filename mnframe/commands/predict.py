@@ -1,6 +1,6 @@
 """``python -m mnframe predict RUN_DIR INPUT [--out FILE] [--checkpoint NAME] [--batch-size N] [key=value ...]``
 
-Runs a trained run's model (rebuilt as ``mnframe.trained`` does) on new inputs:
+Runs a trained run's model (rebuilt as ``mnframe.commands.trained`` does) on new inputs:
 
 * ``.npz``: the array ``x`` (or the only array), optional ``ids``;
 * ``.csv``: one example per row, numbers; an optional header row, where a column
@@ -29,7 +29,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mnframe.evaluate import _Parser
+from mnframe.commands.evaluate import _Parser
 from mnframe.runtime.errors import ConfigError
 from mnframe.utils.fs import atomic_path
 
@@ -209,9 +209,9 @@ def _write_table(tmp, as_csv, ids, y, label):
 
 def predict(world, args: argparse.Namespace, has_cuda: bool) -> Optional[str]:
     """Predict on every rank; rank 0 writes the file and returns its path."""
+    from mnframe.commands.evaluate import split_of
+    from mnframe.commands.trained import open_run, shard_bounds
     from mnframe.communicators.verdict import first
-    from mnframe.evaluate import split_of
-    from mnframe.trained import open_run, shard_bounds
     from mnframe.utils.collectives import allgather_obj, share_verdict
 
     run_dir = os.path.abspath(args.run_dir)

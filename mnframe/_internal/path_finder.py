@@ -1,9 +1,9 @@
-"""The ChainerMN module paths that have no file, made from their row of ``mnframe._chainermn_paths``.
+"""The ChainerMN module paths that have no file, made from their row of ``mnframe._internal.chainermn_paths``.
 
 ``install()`` (run by ``import mnframe``) puts ``RowFinder`` first on
 ``sys.meta_path``. For ``mnframe.<path>`` whose row lists names (and that is
 not a package), it makes a plain module on first import whose attributes are
-those names resolved (``mnframe._import_path``): ``import
+those names resolved (``mnframe._internal.import_path``): ``import
 mnframe.communicators.flat_communicator``, ``importlib.import_module`` and
 ``from ... import`` work as for a file, and the objects are mnframe's own, with
 their home module as ``__module__`` (so pickles name that module). Any other
@@ -14,7 +14,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 
-from mnframe import _chainermn_paths as paths
+from mnframe._internal import chainermn_paths as paths
 
 
 class _RowLoader(importlib.abc.Loader):
@@ -24,7 +24,7 @@ class _RowLoader(importlib.abc.Loader):
         return None  # the default module
 
     def exec_module(self, module):
-        from mnframe._import_path import resolve
+        from mnframe._internal.import_path import resolve
 
         path = paths.relative(module.__name__)
         row = paths.PATHS[path]

@@ -3,7 +3,7 @@
 Multi-node problems users meet are slow or wrong transports (traffic over a 1 Gbit/s
 management network, shared memory where there is none); these steps say what MPI uses and
 measure it: a ping-pong between two ranks on different nodes and between two ranks of one node.
-Each step returns rows ``(status, step, detail)``, which ``mnframe.doctor`` turns into its
+Each step returns rows ``(status, step, detail)``, which ``mnframe.commands.doctor`` turns into its
 ``Result``s (so this module does not import that one).
 """
 

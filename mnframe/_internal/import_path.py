@@ -7,7 +7,7 @@ that Hydra's ``_target_`` uses (every shipped recipe does): without a colon,
 the longest importable module prefix is the module and the rest the
 attribute. Used by the lazy export tables, the communicator registry, the
 ``_target_`` checks (``locate``: a problem text instead of an exception, see
-``mnframe._targets``) and the builders (``resolve``).
+``mnframe._internal.targets``) and the builders (``resolve``).
 """
 
 import importlib
@@ -33,7 +33,7 @@ def _import(module_name):
 
 def locate(path):
     """``(object, None, None)``, or ``(None, problem, suggestion)`` saying why ``path`` does not resolve."""
-    from mnframe._config_issue import suggest
+    from mnframe._internal.config_issue import suggest
 
     if not isinstance(path, str) or not path.strip(". :"):
         return None, "not an import path `package.module:name` (or `package.module.name`)", None

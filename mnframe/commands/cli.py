@@ -3,8 +3,8 @@
     python -m mnframe [hydra options] [overrides]      train (default recipe: mnist)
     python -m mnframe recipe=X --check --world-size N  validate + print the rank graph, no MPI
     python -m mnframe doctor                           check the MPI/CUDA set-up
-    python -m mnframe evaluate RUN_DIR [key=value ...]  evaluate a trained run (mnframe.evaluate)
-    python -m mnframe predict RUN_DIR INPUT [...]       run a trained model on new inputs (mnframe.predict)
+    python -m mnframe evaluate RUN_DIR [key=value ...]  evaluate a trained run (mnframe.commands.evaluate)
+    python -m mnframe predict RUN_DIR INPUT [...]       run a trained model on new inputs (mnframe.commands.predict)
     python -m mnframe checkpoint list|verify RUN_DIR    a run's checkpoints, checked (no MPI)
 
 Rank 0 runs Hydra's command line (``--help``, ``--info``, ``--cfg job``,
@@ -162,7 +162,7 @@ def _with_resumed_layout(exc: ConfigError, config, run_dir: Optional[str], world
     text = str(exc)
     if not run_dir or not any(i.path.startswith("topology") for i in getattr(exc, "issues", ())):
         return text
-    from mnframe.checkpoint.inspect_cli import newest_layout
+    from mnframe.commands.checkpoint_inspect import newest_layout
 
     try:
         old = newest_layout(run_dir, config)
@@ -217,8 +217,8 @@ def run_job(world, yaml_text: str, run_dir: str, has_cuda: bool, record: Optiona
     """One job on every rank: agree on the config, then the pipeline; rank 0 records
     the configuration once the job is accepted, or why it failed."""
     from mnframe import pipeline
+    from mnframe.commands.tune import objective
     from mnframe.runtime import oom
-    from mnframe.tune import objective
 
     setup_logging(world.rank, world.size)  # again: Hydra reconfigures logging on rank 0
     try:
@@ -390,7 +390,7 @@ def check_environment(argv: Sequence[str]) -> None:
     """Import what the runner needs before MPI starts; a failure is an environment
     problem: one line (which package, why, what to install), exit 3, no traceback.
     ``--check`` runs without MPI, so mpi4py is not required there."""
-    from mnframe import tune
+    from mnframe.commands import tune
     from mnframe.dependencies import RUNNER_MODULES, require
     from mnframe.runtime.errors import DependencyError, ExitStatus
 
@@ -413,7 +413,10 @@ def _main(argv: Sequence[str]) -> None:
 
 
 # ``python -m mnframe <name> ...``: the module whose ``run(argv)`` runs it, under the guard
-SUBCOMMANDS = {"evaluate": ("mnframe.evaluate", "evaluate"), "predict": ("mnframe.predict", "predict")}
+SUBCOMMANDS = {
+    "evaluate": ("mnframe.commands.evaluate", "evaluate"),
+    "predict": ("mnframe.commands.predict", "predict"),
+}
 
 
 def _subcommand(target, argv: Sequence[str]) -> None:
@@ -434,14 +437,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     """Entry point of ``python -m mnframe`` and the ``mnframe`` script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["checkpoint"]:  # list/verify a run's checkpoints: no MPI
-        from mnframe.checkpoint.inspect_cli import main as checkpoint_main
+        from mnframe.commands.checkpoint_inspect import main as checkpoint_main
 
         sys.exit(checkpoint_main(argv[1:]))
     from mnframe.runtime import slurm
 
     slurm.prepare()  # before MPI starts (srun with the mpich wheel)
     if argv[:1] == ["doctor"]:
-        from mnframe.doctor import main as doctor_main
+        from mnframe.commands.doctor import main as doctor_main
 
         sys.exit(doctor_main())
     check_environment(argv)

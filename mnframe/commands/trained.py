@@ -183,7 +183,7 @@ def build_trained(world, run_dir: str, overrides: Sequence[str], checkpoint: Opt
     from mnframe.builder.communicator import build_communicators
     from mnframe.builder.device import select_device
     from mnframe.builder.model import build_models, rank_plan, user_models
-    from mnframe.cli import agree_on_config
+    from mnframe.commands.cli import agree_on_config
     from mnframe.communicators.verdict import first
     from mnframe.pipeline import seed_everything
     from mnframe.runtime import threads

@@ -1,15 +1,15 @@
 """Lazy attribute tables for mnframe's subpackages (PEP 562).
 
-A subpackage lists ``name -> "module:attribute"`` (``mnframe._import_path``);
+A subpackage lists ``name -> "module:attribute"`` (``mnframe._internal.import_path``);
 the module is imported the first time the name is used. This keeps ``import mnframe`` cheap and lets GPU
 code stay unimported on machines without CUDA. A ChainerMN package takes its
-table from its row of ``mnframe._chainermn_paths``.
+table from its row of ``mnframe._internal.chainermn_paths``.
 """
 
 import importlib
 
-from mnframe import _chainermn_paths
-from mnframe._import_path import resolve
+from mnframe._internal import chainermn_paths
+from mnframe._internal.import_path import resolve
 
 
 def lazy_exports(package_name, table=None):
@@ -21,7 +21,7 @@ def lazy_exports(package_name, table=None):
     ``__init__`` does)."""
     namespace = importlib.import_module(package_name).__dict__
     if table is None:
-        table = _chainermn_paths.row(package_name)
+        table = chainermn_paths.row(package_name)
 
     def __getattr__(name):
         target = table.get(name)
@@ -40,5 +40,5 @@ def lazy_exports(package_name, table=None):
 
 
 def _is_module_path(module_name):
-    path = _chainermn_paths.relative(module_name)
-    return path is not None and path in _chainermn_paths.PATHS
+    path = chainermn_paths.relative(module_name)
+    return path is not None and path in chainermn_paths.PATHS

@@ -2,19 +2,16 @@
 
 The runner already runs ``-m`` sweeps under MPI: rank 0 runs Hydra's command line
 (here the Optuna sweeper, which asks the study for each trial's parameters) and
-announces each job; the other ranks wait for one job at a time (``mnframe.cli``). This
+announces each job; the other ranks wait for one job at a time (``mnframe.commands.cli``). This
 module adds what a search needs on top: the trial's value (``objective``: ``tune.metric``
 of the job's LogReport log, read on rank 0 and shared so every rank agrees on a
-failure), the check that the plugin is installed (exit 3 naming the package), and the
-``mnframe_mkdir`` resolver that creates the sweep directory before the study's SQLite
-file is opened in it (the sweeper creates the study before Hydra makes that directory).
+failure) and the check that the plugin is installed (exit 3 naming the package). The
+study's resolvers, used when the config is composed, are ``mnframe.config.tune_study``.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
 from mnframe.runtime.errors import ConfigError, DependencyError, agreed
@@ -42,71 +39,6 @@ def require(argv: Sequence[str]) -> None:
             raise DependencyError(
                 f"tune=optuna needs {module}, which cannot be imported ({type(exc).__name__}: {exc}); fix: {FIX}"
             ) from None
-
-
-def _mkdir(path: str) -> str:
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-_left = {}  # (storage, study, total) -> trials left, computed once per process
-
-
-def trials_left(storage: str, study_name: str, total: Any) -> int:
-    """How many of the study's ``total`` trials are still to run (all of them for a new study).
-
-    Resuming: trials that finished (complete or failed) count; a trial left RUNNING by
-    an interrupted job is marked failed (its run stopped) and counts too. Computed
-    once per process (rank 0, when Hydra builds the sweeper)."""
-    key = (storage, study_name, total)
-    if key in _left:
-        return _left[key]
-    try:
-        total = int(total)
-    except (TypeError, ValueError):
-        total = 0
-    if total < 1:
-        raise ConfigError(f"tune.n_trials: must be a positive number of trials (got {total!r})")
-    import optuna
-    from optuna.trial import TrialState
-
-    try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
-    except KeyError:  # no such study yet: a new one
-        _left[key] = total
-        return total
-    trials = study.get_trials(deepcopy=False)
-    for trial in trials:
-        if trial.state == TrialState.RUNNING:
-            study._storage.set_trial_state(trial._trial_id, TrialState.FAIL)
-    left = max(0, total - len(trials))
-    print(
-        f"mnframe: resuming study {study_name!r} ({storage}): {len(trials)} of {total} trials done, {left} to run",
-        file=sys.stderr,
-    )
-    _left[key] = left
-    return left
-
-
-def register_resolvers() -> None:
-    """``${mnframe_mkdir:DIR}``: DIR, created (the study's SQLite file goes in it);
-    ``${mnframe_trials_left:STORAGE,STUDY,TOTAL}``: ``trials_left``;
-    ``${mnframe_sampler_seed:SEED,STORAGE,STUDY,TOTAL}``: ``sampler_seed``."""
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver("mnframe_mkdir"):
-        OmegaConf.register_new_resolver("mnframe_mkdir", _mkdir)
-    if not OmegaConf.has_resolver("mnframe_trials_left"):
-        OmegaConf.register_new_resolver("mnframe_trials_left", trials_left)
-    if not OmegaConf.has_resolver("mnframe_sampler_seed"):
-        OmegaConf.register_new_resolver("mnframe_sampler_seed", sampler_seed)
-
-
-def sampler_seed(seed: Any, storage: str, study_name: str, total: Any) -> int:
-    """``seed`` plus the trials already run: a resumed study's seeded sampler does not
-    propose the first trials' parameters again."""
-    left = trials_left(storage, study_name, total)
-    return int(seed) + int(total) - left
 
 
 def log_of(trainer) -> Optional[List[dict]]:

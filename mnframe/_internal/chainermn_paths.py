@@ -7,11 +7,11 @@ as ``chainermn.<path>``. A value is:
 
 - ``OWN``: mnframe's own module of that path (a file that implements it);
 - ``{name: "module:attr"}``: the names served there. For a package (``PACKAGES``)
-  its ``__init__`` exports them lazily (``mnframe._lazy``); any other path has no
-  file: ``mnframe._path_finder`` makes the module from its row when it is first
+  its ``__init__`` exports them lazily (``mnframe._internal.lazy``); any other path has no
+  file: ``mnframe._internal.path_finder`` makes the module from its row when it is first
   imported, so the objects keep their home module (``__module__``, pickles).
 
-Read by ``mnframe._lazy`` (packages), ``mnframe._path_finder`` (modules made from
+Read by ``mnframe._internal.lazy`` (packages), ``mnframe._internal.path_finder`` (modules made from
 rows) and ``mnframe.compat.alias`` (which ``chainermn.*`` names exist). The list
 is ChainerMN 7.8.1's modules, ChainerMN 6's ``hierarchical_``, ``two_dimensional_``
 and ``single_node_communicator``, and ``communicators._base`` (the API reference's

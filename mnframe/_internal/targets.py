@@ -1,6 +1,6 @@
 """``_target_``s: check one against the config's arguments, call it, read its signature.
 
-The ground floor beside the import-path resolver (``mnframe._import_path``): the
+The ground floor beside the import-path resolver (``mnframe._internal.import_path``): the
 config's own extension kinds (``mnframe.config.extensions``) and every builder use
 these, so none of them has to import another to call or check a target.
 ``check_target`` reports a path that does not import, an argument the target does
@@ -14,9 +14,9 @@ from __future__ import annotations
 import inspect
 from typing import Any, Dict, List, Set
 
-from mnframe._config_issue import ConfigIssue, join_path, suggest
-from mnframe._import_path import locate
-from mnframe._import_path import resolve as import_target  # check_target checked the path already
+from mnframe._internal.config_issue import ConfigIssue, join_path, suggest
+from mnframe._internal.import_path import locate
+from mnframe._internal.import_path import resolve as import_target  # check_target checked the path already
 
 
 def call_target(dotted: str, kwargs: Dict[str, Any], **provided: Any) -> Any:

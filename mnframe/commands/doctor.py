@@ -13,7 +13,7 @@ any step failed. Steps, in the order of the spec's checklist:
    CUDA of the CuPy installed; CuPy 14 has no cuDNN: which CuPy line keeps it);
 5. whether MPI is CUDA-aware (Open MPI reports it; others: a hint);
 6. a short allreduce bandwidth check;
-7. the transport between nodes and the bandwidth between and within nodes (mnframe.doctor_nodes).
+7. the transport between nodes and the bandwidth between and within nodes (mnframe.commands.doctor_nodes).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
-from mnframe import doctor_nodes
+from mnframe.commands import doctor_nodes
 
 # launcher environment variables -> what they say about the world size
 LAUNCHER_SIZE_VARS = (
