@@ -55,7 +55,7 @@ def instantiate(component: Component, path: Optional[str] = None, **provided: An
 def agree_on_faults(comm) -> Iterator[None]:
     """Run the block on every rank of ``comm``; if a ConfigError left it on any rank,
     raise one ConfigError on every rank (each distinct message once)."""
-    from mnframe.utils.collectives import share_verdict
+    from mnframe.communicators.host_collectives import share_verdict
 
     error = None
     try:

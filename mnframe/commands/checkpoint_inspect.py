@@ -18,7 +18,7 @@ from mnframe.checkpoint.layout import describe, layout_of
 from mnframe.checkpoint.manifest import MANIFEST, Manifest, check_file, outside_problem
 from mnframe.checkpoint.store import _DAMAGED_RE, _NAME_RE, TMP_PREFIX
 from mnframe.runtime.errors import ConfigError
-from mnframe.utils.npz import human_bytes
+from mnframe.runtime.sizes import human_bytes
 
 USAGE = "usage: python -m mnframe checkpoint {list,verify} RUN_DIR [iter_N ...]"
 OK, DAMAGED, BAD_INPUT = 0, 1, 2

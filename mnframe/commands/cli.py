@@ -130,9 +130,9 @@ def agree_on_config(world, yaml_text: str, has_cuda: bool, run_dir: Optional[str
     share the verdict, then compare the config hashes, so every rank reaches the same
     verdict; returns (RunConfig, plain dict, hash) or raises ConfigError on every rank."""
     from mnframe.builder.validate import validate
+    from mnframe.communicators.host_collectives import allgather_obj, share_verdict
     from mnframe.communicators.verdict import first
     from mnframe.config.compose import config_hash, from_yaml, to_yaml
-    from mnframe.utils.collectives import allgather_obj, share_verdict
 
     config = from_yaml(yaml_text)
     digest = config_hash(to_yaml(config))
@@ -187,7 +187,7 @@ FAILED_FILE = "FAILED.txt"
 def record_run(run_dir: str, yaml_text: str, record: Optional[Dict[str, str]]) -> None:
     """Rank 0, once the job is accepted (config valid, checkpoint compatible):
     ``config.yaml`` and ``.hydra/`` describe the run from now on."""
-    from mnframe.utils.fs import atomic_write_text
+    from mnframe.runtime.fs import atomic_write_text
 
     path = Path(run_dir)
     atomic_write_text(path / "config.yaml", yaml_text)
@@ -202,7 +202,7 @@ def record_failure(run_dir: str, message: str) -> None:
     """Rank 0, after a job failed with a configuration error: a new run directory says why
     in ``FAILED.txt``; one holding an earlier run (a refused resume) is left as it was."""
     from mnframe.runtime import run_lock
-    from mnframe.utils.fs import atomic_write_text
+    from mnframe.runtime.fs import atomic_write_text
 
     path = Path(run_dir)
     if not path.is_dir() or (path / "config.yaml").exists() or not run_lock.owns(run_dir):

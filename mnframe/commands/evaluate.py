@@ -104,8 +104,8 @@ def evaluate(world, args: argparse.Namespace, has_cuda: bool) -> Optional[Dict]:
 
     from mnframe.builder.data import per_rank_batch_size
     from mnframe.commands.trained import open_run, shard_bounds
+    from mnframe.communicators.host_collectives import allgather_obj
     from mnframe.datasets.empty import create_empty_dataset
-    from mnframe.utils.collectives import allgather_obj
 
     run_dir = os.path.abspath(args.run_dir)
     trained = open_run(world, args, has_cuda, "evaluate")

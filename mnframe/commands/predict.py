@@ -31,7 +31,7 @@ import numpy as np
 
 from mnframe.commands.evaluate import _Parser
 from mnframe.runtime.errors import ConfigError
-from mnframe.utils.fs import atomic_path
+from mnframe.runtime.fs import atomic_path
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 OUT_SUFFIXES = (".npz", ".csv")
@@ -57,11 +57,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def read_npz(path: str) -> Tuple[Optional[np.ndarray], np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {k: archive[k] for k in archive.files}
-    except Exception as exc:
-        raise ConfigError(f"{path} cannot be read as a NumPy .npz archive ({type(exc).__name__}: {exc})") from None
+    from mnframe._internal.npz_read import load_arrays
+
+    arrays = load_arrays(path, what="input file (an array x, optionally ids)")
     data = [k for k in arrays if k != "ids"]
     key = "x" if "x" in arrays else (data[0] if len(data) == 1 else None)
     if key is None:
@@ -211,8 +209,8 @@ def predict(world, args: argparse.Namespace, has_cuda: bool) -> Optional[str]:
     """Predict on every rank; rank 0 writes the file and returns its path."""
     from mnframe.commands.evaluate import split_of
     from mnframe.commands.trained import open_run, shard_bounds
+    from mnframe.communicators.host_collectives import allgather_obj, share_verdict
     from mnframe.communicators.verdict import first
-    from mnframe.utils.collectives import allgather_obj, share_verdict
 
     run_dir = os.path.abspath(args.run_dir)
     trained = open_run(world, args, has_cuda, "predict")

@@ -8,7 +8,7 @@ line naming the key on every rank. The weights come from the files the run expor
 (``checkpoint.export``: ``model.npz``, ``model_<name>.npz``, ``model_rank<r>.npz``),
 or from a checkpoint by name (``last`` = the newest complete one), which is also the
 fallback of an interrupted run that exported nothing. ``load_weights`` is the one
-place a model file is read (no pickle, bounded: ``mnframe.utils.safe_npz``); a file that does not fit the
+place a model file is read (no pickle, bounded: ``mnframe._internal.npz_read``); a file that does not fit the
 model built from the config is refused naming the parameter, on every rank.
 """
 
@@ -54,7 +54,7 @@ def read_run_config(run_dir: str, overrides: Sequence[str]) -> str:
 
 def shared_run_config(world, run_dir: str, overrides: Sequence[str]) -> str:
     """Rank 0 reads the run's config; every rank gets it, or the same ConfigError."""
-    from mnframe.utils.collectives import bcast_obj
+    from mnframe.communicators.host_collectives import bcast_obj
 
     message = None
     if world.rank == 0:
@@ -75,11 +75,11 @@ def load_weights(path: str, link, prefix: str = "") -> Optional[str]:
     """Load ``link``'s parameters and persistents from the ``.npz`` at ``path`` (keys under
     ``prefix``); return None, or why the file does not fit ``link``, naming the parameter.
 
-    The one function that reads a model file: through ``mnframe.utils.safe_npz`` (no pickle,
+    The one function that reads a model file: through ``mnframe._internal.npz_read`` (no pickle,
     bounded sizes, checked entry names)."""
     import chainer
 
-    from mnframe.utils.safe_npz import SafeNpz
+    from mnframe._internal.npz_read import SafeNpz
 
     try:
         with SafeNpz(path) as archive:
@@ -160,7 +160,7 @@ def weight_source(run_dir: str, cfg, comms, user: Dict[str, Any], checkpoint: Op
 
 
 def _allgather(world, value):
-    from mnframe.utils.collectives import allgather_obj
+    from mnframe.communicators.host_collectives import allgather_obj
 
     return allgather_obj(world, value, name="trained.allgather")
 
@@ -184,10 +184,10 @@ def build_trained(world, run_dir: str, overrides: Sequence[str], checkpoint: Opt
     from mnframe.builder.device import select_device
     from mnframe.builder.model import build_models, rank_plan, user_models
     from mnframe.commands.cli import agree_on_config
+    from mnframe.communicators.host_collectives import share_verdict
     from mnframe.communicators.verdict import first
     from mnframe.pipeline import seed_everything
     from mnframe.runtime import threads
-    from mnframe.utils.collectives import share_verdict
 
     yaml_text = shared_run_config(world, run_dir, overrides)
     cfg, config, _ = agree_on_config(world, yaml_text, has_cuda)

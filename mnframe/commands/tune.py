@@ -74,7 +74,7 @@ def objective(cfg, trainer, world) -> Any:
     log yields none (the sweeper records a failed trial)."""
     if cfg.tune is None:
         return None
-    from mnframe.utils.collectives import bcast_obj
+    from mnframe.communicators.host_collectives import bcast_obj
 
     verdict = None
     if world.rank == 0:  # the LogReport's log is rank 0's (rank0_only)

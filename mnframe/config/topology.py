@@ -313,7 +313,7 @@ def render_png(topo: ModelParallelTopology, path: str) -> str:
     ax.set_xlim(-1.5, 3 * (n - 1) + 1.5)
     ax.set_ylim(-1.5 * depth, 1.2)
     ax.axis("off")
-    from mnframe.utils.fs import atomic_path
+    from mnframe.runtime.fs import atomic_path
 
     with atomic_path(path, fsync=False) as tmp:  # no half-written image on an interruption
         fig.savefig(tmp, bbox_inches="tight", format=os.path.splitext(str(path))[1].lstrip(".") or "png")

@@ -39,8 +39,8 @@ import chainer
 import numpy as np
 
 from mnframe._internal.import_path import resolve
+from mnframe.communicators import host_collectives
 from mnframe.optimizers.double_buffering import StaleGradientAverager
-from mnframe.utils import collectives
 
 # a communicator's ``double_buffering`` attribute -> the averager that overlaps its exchange
 AVERAGERS = {
@@ -193,7 +193,7 @@ class _MultiNodeOptimizer:
         """
         done = self._update_layout is _LOADED
         if getattr(self.communicator, "size", 1) > 1:
-            done = collectives.all_agree(self.communicator, done, name="multi_node_optimizer.resume")
+            done = host_collectives.all_agree(self.communicator, done, name="multi_node_optimizer.resume")
         self._update_layout = _layout(target) if done else None
         if done:  # every rank loaded the state of a run whose ranks agreed: nothing to broadcast
             self._synced_layout = self._update_layout

@@ -19,10 +19,10 @@ class FakeWorld:
 
 @pytest.fixture(autouse=True)
 def two_ranks(monkeypatch):
-    """The exchanges of ``agree_on_config`` (``collectives.allgather_obj``) with the fake other rank."""
-    from mnframe.utils import collectives
+    """The exchanges of ``agree_on_config`` (``host_collectives.allgather_obj``) with the fake other rank."""
+    from mnframe.communicators import host_collectives
 
-    monkeypatch.setattr(collectives, "allgather_obj", lambda world, obj, name: [obj, world.other[name]])
+    monkeypatch.setattr(host_collectives, "allgather_obj", lambda world, obj, name: [obj, world.other[name]])
 
 
 @pytest.fixture(scope="module")

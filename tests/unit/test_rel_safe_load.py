@@ -22,12 +22,12 @@ import pytest
 from chainer import training
 from chainer.iterators import SerialIterator
 
+from mnframe._internal.npz_read import SafeNpz, UnsafeFile
 from mnframe.checkpoint.attach import attach
 from mnframe.checkpoint.manifest import MANIFEST, sha256_file
 from mnframe.checkpoint.rng import legacy_python_state
 from mnframe.runtime import settings
 from mnframe.runtime.errors import CheckpointError, ConfigError
-from mnframe.utils.safe_npz import SafeNpz, UnsafeFile
 
 REPO = Path(__file__).resolve().parents[2]
 RNG = "extensions/mnframe_checkpoint/mnframe_rng/"
@@ -343,8 +343,8 @@ def test_key_settings_are_validated(tmp_path):
 
 
 def test_model_files_roundtrip_and_refuse_objects(tmp_path):
+    from mnframe._internal.npz_write import save_npz
     from mnframe.checkpoint.model_files import load_params, save_safetensors
-    from mnframe.utils.npz import save_npz
 
     model = L.Linear(3, 2)
     model.add_persistent("tag", "a string")

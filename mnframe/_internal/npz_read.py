@@ -1,4 +1,4 @@
-"""Reading ``.npz`` archives as data only: no pickle, bounded sizes, names that stay inside.
+"""The one reader of ``.npz`` files: data only, no pickle, bounded sizes, names that stay inside.
 
 ``numpy.load(allow_pickle=True)`` (which ``chainer.serializers.load_npz`` passes)
 runs whatever a pickled entry's ``__reduce__`` names, so a checkpoint from a
@@ -14,8 +14,10 @@ and checks every member *before* anything is loaded:
 
 A refusal raises ``UnsafeFile`` (a ConfigError: status 2), one line naming the file and
 the entry. Entries are then read on demand into freshly allocated arrays. ``load_npz``
-is ``chainer.serializers.load_npz`` on top of it; ``NONE`` is how mnframe's writer
-(``mnframe.utils.npz.write_npz``) stores Chainer's ``None`` values without a pickle.
+is ``chainer.serializers.load_npz`` on top of it; ``load_arrays`` reads a data or input
+file (datasets, ``predict``'s inputs) with an error that says what the file should be.
+Nothing else in mnframe calls ``numpy.load``. ``NONE`` is how mnframe's writer
+(``mnframe._internal.npz_write.write_npz``) stores Chainer's ``None`` values without a pickle.
 """
 
 import os
@@ -27,7 +29,7 @@ import numpy
 
 from mnframe.runtime.errors import ConfigError
 
-__all__ = ["UnsafeFile", "SafeNpz", "load_npz", "encode", "NONE_DTYPE"]
+__all__ = ["UnsafeFile", "SafeNpz", "load_npz", "load_arrays", "NotAnNpzFile", "encode", "NONE_DTYPE"]
 
 DEFLATE_MAX_RATIO = 1032  # the most one deflate byte can expand to (zlib's technical notes)
 MAX_HEADER = 10000  # NumPy's own default cap on a .npy header
@@ -220,3 +222,31 @@ def load_npz(file, obj, path="", strict=True, ignore_names=None, name=None):
 
     with SafeNpz(file, name=name) as npz:
         NpzDeserializer(npz, path=path, strict=strict, ignore_names=ignore_names).load(obj)
+
+
+class NotAnNpzFile(ConfigError):
+    """A data file is not the NumPy ``.npz`` archive it should be (the dataset path is wrong: status 2)."""
+
+
+def load_arrays(path, keys=None, what="data file"):
+    """{key: array} for ``keys`` (None: every array) from the ``.npz`` at ``path``, read through
+    ``SafeNpz`` (no pickle, bounded sizes); NotAnNpzFile naming the file and what was expected otherwise.
+    NumPy's own message for a file that is not an ``.npz`` ("Cannot load file containing pickled
+    data") is replaced by one that says what the file should be."""
+    holding = f"holding the arrays {', '.join(map(repr, keys))}" if keys else "holding arrays"
+    if not zipfile.is_zipfile(path):
+        raise NotAnNpzFile(
+            f"{path} is not a NumPy .npz archive (a zip file written by numpy.savez); expected a {what} {holding}"
+        )
+    try:
+        with SafeNpz(path) as archive:
+            wanted = archive.files if keys is None else keys
+            missing = [k for k in wanted if k not in archive]
+            if missing:
+                raise NotAnNpzFile(
+                    f"{path} has no array {', '.join(map(repr, missing))} (it holds "
+                    f"{', '.join(map(repr, archive.files)) or 'nothing'}); expected a {what} {holding}"
+                )
+            return {k: archive[k] for k in wanted}
+    except UnsafeFile as exc:
+        raise NotAnNpzFile(f"{exc}; expected a {what} {holding}") from None
