@@ -22,11 +22,11 @@ import numpy as np
 
 from mnframe.builder.communicator import build_communicators
 from mnframe.builder.data import build_data, per_rank_batch_size
-from mnframe.builder.device import select_device
 from mnframe.builder.extensions import ExtensionContext, add_extensions
 from mnframe.builder.memory import describe as describe_memory
 from mnframe.builder.model import build_models, rank_plan, user_models
 from mnframe.builder.optimizer import build_optimizer, schedule_extension
+from mnframe.builder.placement import select_device
 from mnframe.builder.updater import build_updater
 from mnframe.config.schema import RunConfig
 from mnframe.runtime import threads
@@ -64,7 +64,7 @@ def build_trainer(
 
     from mnframe.checkpoint.accumulate import resolve_auto
     from mnframe.training.debug import NoCheckpoint
-    from mnframe.training.updater import PhaseTimer
+    from mnframe.training.micro_batch import PhaseTimer
 
     comms = build_communicators(cfg.communicator, cfg.topology)
     device = select_device(cfg.trainer.device, comms.world)

@@ -4,7 +4,7 @@ that the import-path resolver, the ``_target_`` checks and ``mnframe.config`` sh
 A ``ConfigIssue`` names the config path, the bad value, what is wrong and what
 is allowed (with a "did you mean" suggestion for misspellings: ``suggest``).
 It imports nothing of mnframe, so every package can describe a problem without
-importing ``config`` (``mnframe.config.errors`` collects and raises them).
+importing ``config`` (``mnframe.config.issues`` collects and raises them).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``_target_``s: check one against the config's arguments, call it, read its signature.
 
 The ground floor beside the import-path resolver (``mnframe._internal.import_path``): the
-config's own extension kinds (``mnframe.config.extensions``) and every builder use
+config's own extension kinds (``mnframe.config.schema_extensions``) and every builder use
 these, so none of them has to import another to call or check a target.
 ``check_target`` reports a path that does not import, an argument the target does
 not take, one it needs and one the builder passes itself (``provided``) as

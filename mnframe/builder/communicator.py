@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from mnframe._internal.config_issue import unknown_name
 from mnframe.communicators.factory import create_communicator
-from mnframe.config.errors import ConfigIssue
+from mnframe.config.issues import ConfigIssue
 from mnframe.config.schema import CommunicatorConfig, ModelParallelTopology
 
 

@@ -17,7 +17,7 @@ import contextlib
 from typing import Any, Dict, Iterator, Optional
 
 from mnframe._internal.targets import call_target
-from mnframe.config.errors import ConfigError
+from mnframe.config.issues import ConfigError
 from mnframe.config.schema import Component
 
 # What a constructor or data loader raises when its arguments are wrong

@@ -6,7 +6,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
         "attach": "mnframe.checkpoint.attach:attach",
-        "CheckpointConfig": "mnframe.config.checkpoint:CheckpointConfig",
+        "CheckpointConfig": "mnframe.config.schema_checkpoint:CheckpointConfig",
         "CheckpointExtension": "mnframe.checkpoint.extension:CheckpointExtension",
         "CheckpointStore": "mnframe.checkpoint.store:CheckpointStore",
         "export_models": "mnframe.checkpoint.export:export_models",

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from mnframe.config.errors import ConfigError
+from mnframe.config.issues import ConfigError
 from mnframe.runtime.errors import agreed
 
 log = logging.getLogger("mnframe.cli")

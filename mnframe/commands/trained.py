@@ -181,8 +181,8 @@ class Trained(NamedTuple):
 def build_trained(world, run_dir: str, overrides: Sequence[str], checkpoint: Optional[str], has_cuda: bool) -> Trained:
     """The run's model on every rank, its weights loaded (ConfigError on every rank otherwise)."""
     from mnframe.builder.communicator import build_communicators
-    from mnframe.builder.device import select_device
     from mnframe.builder.model import build_models, rank_plan, user_models
+    from mnframe.builder.placement import select_device
     from mnframe.commands.cli import agree_on_config
     from mnframe.communicators.host_collectives import share_verdict
     from mnframe.communicators.verdict import first

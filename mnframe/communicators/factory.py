@@ -4,7 +4,7 @@ import difflib
 import logging
 
 from mnframe._internal.import_path import resolve as _resolve  # "module:Class" -> the class
-from mnframe.communicators import config, registry
+from mnframe.communicators import options, registry
 
 log = logging.getLogger("mnframe.communicators")
 SHARED_GPU_NAME = "non_cuda_aware"  # averages through host memory: any number of ranks per GPU
@@ -50,7 +50,7 @@ def create_communicator(communicator_name=None, mpi_comm=None, allreduce_grad_dt
         mpi_comm = MPI.COMM_WORLD
     name = default_name(mpi_comm) if communicator_name is None else communicator_name
     _check_name(name)
-    config.check("allreduce_grad_dtype", allreduce_grad_dtype)
+    options.check("allreduce_grad_dtype", allreduce_grad_dtype)
     _check_device(name)
     if registry.COMMUNICATORS[name].needs_cuda:
         from mnframe import cuda_env

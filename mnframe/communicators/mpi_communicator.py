@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 from mnframe._internal.import_path import resolve
 from mnframe.communicators import array_collectives as pc
-from mnframe.communicators import config, object_ops, packing, topology, wire_choice
+from mnframe.communicators import node_discovery, object_ops, options, packing, wire_choice
 from mnframe.communicators.base import CommunicatorBase
 from mnframe.communicators.verdict import CommunicatorArgumentError
 from mnframe.runtime import oplog
@@ -49,10 +49,10 @@ class MpiCommunicator(CommunicatorBase):
     def __init__(self, mpi_comm=None, allreduce_grad_dtype=None, batched_copy=False):
         self._comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         self._owns_comm = False
-        self._configs.update(config.defaults())
+        self._configs.update(options.defaults())
         self.set_config("allreduce_grad_dtype", allreduce_grad_dtype)
         self.set_config("batched_copy", batched_copy)
-        self._topo = topology.discover(self._comm)
+        self._topo = node_discovery.discover(self._comm)
         self._reducers = {}  # array module -> reducer, created on first use
         self._finalized = False
         self._layouts = {}
@@ -78,22 +78,22 @@ class MpiCommunicator(CommunicatorBase):
 
     # -- configuration: this instance's ``_configs`` (CommunicatorBase); each known name is also an attribute
     def set_config(self, name, value=True, **kwargs):
-        self._configs[name] = config.check(name, value)
+        self._configs[name] = options.check(name, value)
 
     def get_config(self, name=None):
         if name is None:
             return dict(self._configs)
         if name not in self._configs:  # a known name is always there
-            config.check(name, None)  # raises UnknownConfigError naming the known ones
+            options.check(name, None)  # raises UnknownConfigError naming the known ones
         return self._configs[name]
 
-    batched_copy = config.attribute("batched_copy")
-    allreduce_grad_dtype = config.attribute("allreduce_grad_dtype")
+    batched_copy = options.attribute("batched_copy")
+    allreduce_grad_dtype = options.attribute("allreduce_grad_dtype")
 
     def split(self, color, key):
         with oplog.op("split"):
             sub = self._comm.Split(color, key)
-        comm = type(self)(mpi_comm=sub, **{name: self._configs[name] for name in config.CONFIGS})
+        comm = type(self)(mpi_comm=sub, **{name: self._configs[name] for name in options.CONFIGS})
         comm._owns_comm = True
         return comm
 
@@ -195,7 +195,7 @@ class MpiCommunicator(CommunicatorBase):
         params, sig = packing.describe(model, zero_fill)
         wire = self._configs["allreduce_grad_dtype"]
         choice_key = None
-        if wire == config.WIRE_AUTO and self.size > 1:
+        if wire == options.WIRE_AUTO and self.size > 1:
             choice_key = packing.signature_key(sig, None)
             wire = self._wire_choice.wire_for(choice_key)
         key = None

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from mnframe.config.errors import ConfigError, ConfigIssue, ConfigIssues, suggest, unknown_key_issue
+from mnframe.config.issues import ConfigError, ConfigIssue, ConfigIssues, suggest, unknown_key_issue
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = PACKAGE_DIR.parent
@@ -354,7 +354,7 @@ def _unknown_override_key(override_key: str, cause: Any) -> ConfigIssue:
     part, the keys its parent has (the composed node's and the schema's) and, only
     when nothing is close and the section takes new keys, how to add one with ``+``."""
     from mnframe.config.schema import RunConfig
-    from mnframe.config.validate import accepts_new_keys, allowed_keys
+    from mnframe.config.schema_checks import accepts_new_keys, allowed_keys
 
     full_key = getattr(cause, "full_key", None) or override_key
     parts = str(full_key).split(".")

@@ -2,9 +2,9 @@
 
 The composed Hydra config (a plain dict by then) is validated against
 ``RunConfig``. Every model forbids unknown keys so a misspelled key is an
-error (with a suggestion, see ``mnframe.config.validate``) instead of being
+error (with a suggestion, see ``mnframe.config.schema_checks``) instead of being
 silently ignored. Checks that need the world size or the GPU live in
-``mnframe.config.validate``, those of names and ``_target_``s beside each builder
+``mnframe.config.schema_checks``, those of names and ``_target_``s beside each builder
 (``mnframe.builder.validate``); this module only describes shapes and value
 ranges, and imports nothing heavy.
 
@@ -29,11 +29,11 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PositiveInt, Tag, field_validator
 
-from mnframe.config.checkpoint import CheckpointConfig, ResumeMode
-from mnframe.config.extensions import Extensions
 from mnframe.config.fields import Unit
-from mnframe.config.schedules import LrSchedule
-from mnframe.config.tune import TuneConfig
+from mnframe.config.schema_checkpoint import CheckpointConfig, ResumeMode
+from mnframe.config.schema_extensions import Extensions
+from mnframe.config.schema_schedules import LrSchedule
+from mnframe.config.schema_tune import TuneConfig
 
 
 class Strict(BaseModel):
@@ -201,7 +201,7 @@ class UpdaterConfig(Strict):
     optimizer=, device=, plus ``models=`` when it accepts it, and ``kwargs``).
 
     ``accumulate``: N micro-batches of ``dataset.batch_size`` per rank are summed
-    before one averaged update (``mnframe.training.updater``); ``auto`` keeps the
+    before one averaged update (``mnframe.training.micro_batch``); ``auto`` keeps the
     global batch of the checkpoint a run resumes from (1 on a fresh start), e.g.
     when it resumes on fewer ranks. Needs the standard updater and one model."""
 
@@ -256,7 +256,7 @@ class DebugConfig(Strict):
 
 # -- checkpoint --------------------------------------------------------------
 
-# ``CheckpointConfig`` is in ``mnframe.config.checkpoint`` (imported above).
+# ``CheckpointConfig`` is in ``mnframe.config.schema_checkpoint`` (imported above).
 
 
 # -- the whole run -----------------------------------------------------------
@@ -287,7 +287,7 @@ class RunConfig(Strict):
     topology: Topology
     updater: UpdaterConfig = Field(default_factory=UpdaterConfig)
     trainer: TrainerConfig
-    # name -> typed entry; the kind is ``kind`` or the key (mnframe.config.extensions)
+    # name -> typed entry; the kind is ``kind`` or the key (mnframe.config.schema_extensions)
     extensions: Extensions = Field(default_factory=dict)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     tune: Optional[TuneConfig] = None  # the objective of a search (tune=optuna; mnframe.commands.tune)

@@ -56,9 +56,9 @@ def on_communicator_created(comm):
     guard.install()
     watchdog.start(mpi_comm)
     if settings.get(ENV_DEBUG):
-        from mnframe.runtime import debug
+        from mnframe.runtime import collective_check
 
-        debug.enable(mpi_comm)
+        collective_check.enable(mpi_comm)
 
 
 def _safe_env():

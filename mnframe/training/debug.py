@@ -14,7 +14,7 @@ import logging
 import os
 from typing import Dict, List
 
-from mnframe.training.updater import PHASES, PhaseTimer
+from mnframe.training.micro_batch import PHASES, PhaseTimer
 
 log = logging.getLogger("mnframe.debug")
 

@@ -302,7 +302,7 @@ def test_nccl_group_refuses_integers_and_closes_once(cupy, group):
 
 def test_runner_device_and_cupy_seed(cupy):
     from mnframe import pipeline
-    from mnframe.builder.device import select_device
+    from mnframe.builder.placement import select_device
 
     comm = chainermn.create_communicator("non_cuda_aware")
     device = select_device("gpu", comm)

@@ -147,7 +147,7 @@ def test_a_world_size_the_graph_does_not_fit_names_the_layout_it_would_resume(ru
     """The configuration error for a rank graph that does not fit also names the newest
     checkpoint's layout (issue 31: old and new layouts in one message), above the advice."""
     from mnframe.commands.cli import _with_resumed_layout
-    from mnframe.config.errors import ConfigIssue, ConfigIssues
+    from mnframe.config.issues import ConfigIssue, ConfigIssues
 
     assert inspect_cli.newest_layout(run_dir, {"checkpoint": {"dir": "ckpts"}}) == (
         "its newest checkpoint iter_00000004 was written by data parallel, 1 rank"

@@ -5,7 +5,7 @@ import pytest
 
 from mnframe.commands import cli
 from mnframe.config import compose as C
-from mnframe.config.errors import ConfigError
+from mnframe.config.issues import ConfigError
 
 
 class FakeWorld:

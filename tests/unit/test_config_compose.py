@@ -4,7 +4,7 @@ import pytest
 
 from mnframe.builder.validate import validate
 from mnframe.config import compose as C
-from mnframe.config.errors import ConfigError
+from mnframe.config.issues import ConfigError
 from mnframe.config.schema import ModelParallelTopology, RunConfig
 
 RECIPES = sorted(C.find_recipes())

@@ -7,7 +7,7 @@ import pytest
 from mnframe.builder.validate import validate
 from mnframe.commands import cli
 from mnframe.config import compose as C
-from mnframe.config.errors import ConfigError
+from mnframe.config.issues import ConfigError
 
 
 def refused(*overrides, world=1, config_dirs=()):

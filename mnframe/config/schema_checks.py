@@ -27,7 +27,7 @@ from pydantic import BaseModel, Tag, TypeAdapter, ValidationError
 
 from mnframe import cuda_env
 from mnframe.config import schema
-from mnframe.config.errors import ConfigIssue, join_path, raise_issues, suggest, unknown_key_issue
+from mnframe.config.issues import ConfigIssue, join_path, raise_issues, suggest, unknown_key_issue
 from mnframe.config.topology import check_graph
 
 # -- pass 1: pydantic ----------------------------------------------------------

@@ -21,8 +21,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt
 from typing_extensions import override
 
 from mnframe._internal.targets import call_target, check_target
-from mnframe.config.errors import ConfigIssue, join_path
 from mnframe.config.fields import Unit
+from mnframe.config.issues import ConfigIssue, join_path
 
 
 class ExtensionBase(BaseModel):
