@@ -48,6 +48,11 @@ class CommunicatorInfo:
         return not self.cpu_ok
 
 
+# Rows name classes by "module:attr" strings, not the classes themselves: every communicator and
+# reducer module imports mpi4py.MPI (which starts MPI) and the GPU ones need CuPy at first use, while
+# composing a config, --help and --check read this table without MPI or CuPy
+# (tests/unit/test_comm_signatures.py: test_registry_is_import_light). Every string is resolved and
+# checked against its class by tests/unit/test_comm_gpu_tables.py and test_comm_signatures.py.
 _P = "mnframe.communicators."
 
 
