@@ -233,10 +233,10 @@ def load_arrays(path, keys=None, what="data file"):
     ``SafeNpz`` (no pickle, bounded sizes); NotAnNpzFile naming the file and what was expected otherwise.
     NumPy's own message for a file that is not an ``.npz`` ("Cannot load file containing pickled
     data") is replaced by one that says what the file should be."""
-    holding = f"holding the arrays {', '.join(map(repr, keys))}" if keys else "holding arrays"
+    holding = f" holding the arrays {', '.join(map(repr, keys))}" if keys else ""
     if not zipfile.is_zipfile(path):
         raise NotAnNpzFile(
-            f"{path} is not a NumPy .npz archive (a zip file written by numpy.savez); expected a {what} {holding}"
+            f"{path} is not a NumPy .npz archive (a zip file written by numpy.savez); expected a {what}{holding}"
         )
     try:
         with SafeNpz(path) as archive:
@@ -245,8 +245,8 @@ def load_arrays(path, keys=None, what="data file"):
             if missing:
                 raise NotAnNpzFile(
                     f"{path} has no array {', '.join(map(repr, missing))} (it holds "
-                    f"{', '.join(map(repr, archive.files)) or 'nothing'}); expected a {what} {holding}"
+                    f"{', '.join(map(repr, archive.files)) or 'nothing'}); expected a {what}{holding}"
                 )
             return {k: archive[k] for k in wanted}
     except UnsafeFile as exc:
-        raise NotAnNpzFile(f"{exc}; expected a {what} {holding}") from None
+        raise NotAnNpzFile(f"{exc}; expected a {what}{holding}") from None

@@ -59,7 +59,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def read_npz(path: str) -> Tuple[Optional[np.ndarray], np.ndarray]:
     from mnframe._internal.npz_read import load_arrays
 
-    arrays = load_arrays(path, what="input file (an array x, optionally ids)")
+    arrays = load_arrays(path, what=".npz of inputs: an array x (and optionally ids)")
     data = [k for k in arrays if k != "ids"]
     key = "x" if "x" in arrays else (data[0] if len(data) == 1 else None)
     if key is None:
