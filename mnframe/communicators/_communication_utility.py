@@ -8,10 +8,10 @@ implemented on mnframe's parts: ``init_ranks`` reads mnframe's node discovery
 """
 
 import numpy as np
-from mpi4py import MPI
 
 from mnframe import nccl  # noqa: F401 - ChainerMN's module exposes it here too
 from mnframe.communicators import node_discovery, object_ops
+from mnframe.runtime.mpi_comm import MPI
 
 INT_MAX = 2147483647  # the largest count one MPI call takes
 

@@ -3,7 +3,6 @@
 import difflib
 import logging
 
-from mnframe._internal.import_path import resolve as _resolve  # "module:Class" -> the class
 from mnframe.communicators import options, registry
 
 log = logging.getLogger("mnframe.communicators")
@@ -56,7 +55,7 @@ def create_communicator(communicator_name=None, mpi_comm=None, allreduce_grad_dt
         from mnframe import cuda_env
 
         cuda_env.quiet_cudnn_warning(mpi_comm.rank)  # one note on rank 0 on CuPy 14 (no cuDNN)
-    cls = _resolve(registry.COMMUNICATORS[name].class_path)
+    cls = registry.COMMUNICATORS[name].cls
     comm = cls(mpi_comm=mpi_comm, allreduce_grad_dtype=allreduce_grad_dtype, batched_copy=batched_copy)
     _notify_activation(comm)
     return comm

@@ -5,8 +5,8 @@ It composes the parts: node discovery (topology), array and object operations
 averaging strategies, ``reducers``, which is all that differs between names:
 a table from the gradients' array module ("numpy", "cupy") to a reducer class
 or factory (a "module:attr" string is imported on first use, so GPU strategies
-never load on CPU jobs). A subclass declared with ``registry_name=NAME`` takes
-the table of that name's row in ``registry.COMMUNICATORS``. A strategy is created the first time gradients of its
+never load on CPU jobs). Each subclass states its own table; ``registry.COMMUNICATORS``
+names the subclasses. A strategy is created the first time gradients of its
 module are averaged; that is collective, and every rank reaches it at the same
 call because the ranks have just agreed on the gradients' signature.
 """
@@ -14,7 +14,6 @@ call because the ranks have just agreed on the gradients' signature.
 import time
 
 import numpy as np
-from mpi4py import MPI
 
 from mnframe._internal.import_path import resolve
 from mnframe.communicators import array_collectives as pc
@@ -22,6 +21,7 @@ from mnframe.communicators import node_discovery, object_ops, options, packing, 
 from mnframe.communicators.base import CommunicatorBase
 from mnframe.communicators.verdict import CommunicatorArgumentError
 from mnframe.runtime import oplog
+from mnframe.runtime.mpi_comm import MPI
 
 _MAX_LAYOUTS = 16
 
@@ -31,15 +31,6 @@ class MpiCommunicator(CommunicatorBase):
 
     reducers = {}  # array module of the gradients -> reducer class/factory or "module:attr"
     double_buffering = "mpi"  # how create_multi_node_optimizer(double_buffering=True) overlaps
-    registry_name = None  # the name this class is registered under (registry.COMMUNICATORS)
-
-    def __init_subclass__(cls, registry_name=None, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if registry_name is not None:
-            from mnframe.communicators.registry import COMMUNICATORS
-
-            cls.registry_name = registry_name
-            cls.reducers = dict(COMMUNICATORS[registry_name].reducers)
 
     @classmethod
     def grad_devices(cls):

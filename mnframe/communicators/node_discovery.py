@@ -16,9 +16,8 @@ import dataclasses
 import os
 import socket
 
-from mpi4py import MPI
-
 from mnframe.runtime import oplog
+from mnframe.runtime.mpi_comm import MPI
 
 FAKE_NODE_SIZE_ENV = "MNFRAME_FAKE_NODE_SIZE"
 
