@@ -634,10 +634,10 @@ def main(argv=None):
 
     import warnings
 
-    from mnframe.communicators import topology
+    from mnframe.communicators import node_discovery
 
     warnings.simplefilter("ignore", DeprecationWarning)
-    topo = topology.discover(world)  # the intra_rank every communicator will report
+    topo = node_discovery.discover(world)  # the intra_rank every communicator will report
     intra_rank = topo.intra_rank
     topo.free()
     gpu, n_devices, error = None, None, None

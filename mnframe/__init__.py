@@ -5,7 +5,9 @@ resolved lazily from the table below, so importing mnframe costs almost nothing
 and CUDA/NCCL code is only imported when a GPU path is actually used.
 """
 
-from mnframe import _chainermn_paths, _numpy_compat, _path_finder
+from mnframe._internal import chainermn_paths as _chainermn_paths
+from mnframe._internal import numpy_compat as _numpy_compat
+from mnframe._internal import path_finder as _path_finder
 from mnframe.runtime import early_hook
 
 _path_finder.install()  # ChainerMN's module paths without a file (communicators.flat_communicator, ...)
@@ -24,7 +26,7 @@ def __getattr__(name):
     target = _EXPORTS.get(name)
     if target is None:
         raise AttributeError(f"module 'mnframe' has no attribute {name!r}")
-    from mnframe._import_path import resolve  # import-light
+    from mnframe._internal.import_path import resolve  # import-light
 
     value = globals()[name] = resolve(target)  # cache: the next lookup is a plain dict hit
     return value

@@ -1,6 +1,6 @@
-"""``python -m mnframe``: the declarative runner (see mnframe.cli)."""
+"""``python -m mnframe``: the declarative runner (see mnframe.commands.cli)."""
 
-from mnframe.cli import main
+from mnframe.commands.cli import main
 
 if __name__ == "__main__":
     main()

@@ -22,11 +22,11 @@ import numpy as np
 
 from mnframe.builder.communicator import build_communicators
 from mnframe.builder.data import build_data, per_rank_batch_size
-from mnframe.builder.device import select_device
 from mnframe.builder.extensions import ExtensionContext, add_extensions
 from mnframe.builder.memory import describe as describe_memory
 from mnframe.builder.model import build_models, rank_plan, user_models
 from mnframe.builder.optimizer import build_optimizer, schedule_extension
+from mnframe.builder.placement import select_device
 from mnframe.builder.updater import build_updater
 from mnframe.config.schema import ModelParallelTopology, RunConfig
 from mnframe.runtime import threads
@@ -64,7 +64,7 @@ def build_trainer(
 
     from mnframe.checkpoint.accumulate import resolve_auto
     from mnframe.training.debug import NoCheckpoint
-    from mnframe.training.updater import PhaseTimer
+    from mnframe.training.micro_batch import PhaseTimer
 
     comms = build_communicators(cfg.communicator, cfg.topology)
     if isinstance(cfg.topology, ModelParallelTopology):  # before the seed: rank 0 builds every stage
@@ -140,9 +140,9 @@ def finish(cfg: RunConfig, job: Job, run_dir: str, seconds: float = 0.0) -> None
     """After training: a checkpoint of the last iteration (normally written inside the loop
     already) and the model as ``model*.npz``, then one summary line on rank 0. A run that
     diverged or was interrupted (Ctrl-C) ends with its own status instead (every rank)."""
-    from mnframe import summary
     from mnframe.checkpoint.export import export_models
     from mnframe.runtime.errors import Interrupted, TrainingDiverged
+    from mnframe.training import summary
 
     ckpt = job.checkpoint
     ckpt.save_final(job.trainer)

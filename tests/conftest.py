@@ -11,6 +11,6 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # Before any test module imports chainer: under NumPy 2, Chainer 7.8.1 imports
-# only after mnframe's compatibility shim (mnframe/_numpy_compat.py) has run.
+# only after mnframe's compatibility shim (mnframe/_internal/numpy_compat.py) has run.
 import mnframe  # noqa: E402,F401
 from mnframe.testing.mpi_suite import *  # noqa: E402,F401,F403

@@ -251,7 +251,7 @@ def test_tune_without_the_plugin_names_the_package(tmp_path):
 
 
 def test_reduce_metric_and_its_errors():
-    from mnframe.tune import reduce_metric
+    from mnframe.commands.tune import reduce_metric
 
     log = [{"a": 0.5, "b": 1.0}, {"b": 3.0}, {"a": 0.25, "b": 2.0}]
     assert reduce_metric(log, "a", "last") == (0.25, None)
@@ -264,7 +264,7 @@ def test_reduce_metric_and_its_errors():
 
 
 def test_read_inputs(tmp_path):
-    from mnframe.predict import read_inputs
+    from mnframe.commands.predict import read_inputs
 
     example = np.zeros((3, 2, 2), np.float32)
     (tmp_path / "a.csv").write_text("id,p0,p1,p2,p3,p4,p5,p6,p7,p8,p9,p10,p11\n" + "x,1,2,3,4,5,6,7,8,9,10,11,12\n")
@@ -281,9 +281,9 @@ def test_read_inputs(tmp_path):
 
 
 def test_bad_arguments_are_one_line_config_errors():
-    from mnframe.evaluate import parse_args as evaluate_args
-    from mnframe.predict import parse_args as predict_args
-    from mnframe.trained import apply_overrides
+    from mnframe.commands.evaluate import parse_args as evaluate_args
+    from mnframe.commands.predict import parse_args as predict_args
+    from mnframe.commands.trained import apply_overrides
 
     with pytest.raises(ConfigError, match="mnframe evaluate: the following arguments are required: run_dir"):
         evaluate_args([])
@@ -298,7 +298,7 @@ def test_bad_arguments_are_one_line_config_errors():
 
 def test_read_an_image_folder(tmp_path):
     Image = pytest.importorskip("PIL.Image")  # the recipes extra (scripts/setup.sh installs it)
-    from mnframe.predict import read_inputs
+    from mnframe.commands.predict import read_inputs
 
     for name, colour in (("b.png", (255, 0, 0)), ("a.jpg", (0, 0, 255))):
         Image.new("RGB", (40, 30), colour).save(tmp_path / name)

@@ -42,7 +42,7 @@ import signal
 import sys
 import time
 
-import mnframe  # before chainer, as a script on NumPy 2 must (mnframe/_numpy_compat.py)
+import mnframe  # before chainer, as a script on NumPy 2 must (mnframe/_internal/numpy_compat.py)
 
 import chainer
 import chainer.functions as F

@@ -8,6 +8,6 @@ only thing the peer takes from mnframe.
 import numpy
 
 if not hasattr(numpy, "sctypes"):
-    from mnframe._numpy_compat import apply
+    from mnframe._internal.numpy_compat import apply
 
     apply()

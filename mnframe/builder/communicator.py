@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from mnframe._config_issue import unknown_name
+from mnframe._internal.config_issue import unknown_name
 from mnframe.communicators.factory import create_communicator
-from mnframe.config.errors import ConfigIssue
+from mnframe.config.issues import ConfigIssue
 from mnframe.config.schema import CommunicatorConfig, ModelParallelTopology
 
 

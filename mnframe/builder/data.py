@@ -21,10 +21,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from mnframe._config_issue import unknown_name
-from mnframe._targets import check_target
+from mnframe._internal.config_issue import unknown_name
+from mnframe._internal.targets import check_target
 from mnframe.builder.instantiate import agree_on_faults, instantiate
-from mnframe.config.errors import ConfigIssue
+from mnframe.config.issues import ConfigIssue
 from mnframe.config.schema import DatasetConfig
 from mnframe.datasets.empty import create_empty_dataset
 from mnframe.iterators.multi_node import create_multi_node_iterator

@@ -1,6 +1,6 @@
 """Step 6: trainer extensions, keyed by name in the config.
 
-Each entry is a typed model of ``mnframe.config.extensions`` that builds its
+Each entry is a typed model of ``mnframe.config.schema_extensions`` that builds its
 own Chainer extension; this step only decides which entries run on this rank
 and registers them with their trigger (``rank0_only`` keeps reporting
 extensions off the other ranks).
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List
 
-from mnframe.config.errors import ConfigIssue
-from mnframe.config.extensions import ExtensionBase
+from mnframe.config.issues import ConfigIssue
+from mnframe.config.schema_extensions import ExtensionBase
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""``_target_`` components: call one (``mnframe._targets.call_target``) with the config's kwargs.
+"""``_target_`` components: call one (``mnframe._internal.targets.call_target``) with the config's kwargs.
 
 A ``_target_`` that rejects its arguments (a missing data file, a negative
 size) is a configuration problem, not a crash: ``instantiate(..., path=key)``
@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Dict, Iterator, Optional
 
-from mnframe._targets import call_target
-from mnframe.config.errors import ConfigError
+from mnframe._internal.targets import call_target
+from mnframe.config.issues import ConfigError
 from mnframe.config.schema import Component
 
 # What a constructor or data loader raises when its arguments are wrong
@@ -55,7 +55,7 @@ def instantiate(component: Component, path: Optional[str] = None, **provided: An
 def agree_on_faults(comm) -> Iterator[None]:
     """Run the block on every rank of ``comm``; if a ConfigError left it on any rank,
     raise one ConfigError on every rank (each distinct message once)."""
-    from mnframe.utils.collectives import share_verdict
+    from mnframe.communicators.host_collectives import share_verdict
 
     error = None
     try:

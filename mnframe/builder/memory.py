@@ -11,7 +11,7 @@ from typing import Dict, Tuple
 
 import numpy as np
 
-from mnframe.utils.sizes import human_bytes
+from mnframe.runtime.sizes import human_bytes
 
 
 def parameter_bytes(model) -> Tuple[int, int, int]:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from mnframe._targets import check_target, declared_parameters
+from mnframe._internal.targets import check_target, declared_parameters
 from mnframe.builder.instantiate import agree_on_faults, instantiate
-from mnframe.config.errors import ConfigIssue
+from mnframe.config.issues import ConfigIssue
 from mnframe.config.schema import Component, DataParallelTopology, RankPlan, RunConfig
 from mnframe.links.chain_list import MultiNodeChainList
 

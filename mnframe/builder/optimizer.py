@@ -2,17 +2,17 @@
 
 ``OPTIMIZERS`` maps ``optimizer.name`` to the Chainer class (``_target_``
 overrides it); ``HOOKS`` maps config fields to optimizer hooks;
-the ``lr_schedule`` builds its own extension (``mnframe.config.schedules``).
+the ``lr_schedule`` builds its own extension (``mnframe.config.schema_schedules``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List
 
-from mnframe._config_issue import unknown_name
-from mnframe._import_path import resolve as import_target
-from mnframe._targets import check_target
-from mnframe.config.errors import ConfigIssue, join_path
+from mnframe._internal.config_issue import unknown_name
+from mnframe._internal.import_path import resolve as import_target
+from mnframe._internal.targets import check_target
+from mnframe.config.issues import ConfigIssue, join_path
 from mnframe.config.schema import OptimizerConfig
 
 OPTIMIZERS: Dict[str, str] = {

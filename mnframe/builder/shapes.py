@@ -21,9 +21,9 @@ import collections
 import inspect
 from typing import Any, Dict, List, Optional, Tuple
 
-from mnframe._targets import declared_parameters
+from mnframe._internal.targets import declared_parameters
 from mnframe.builder.instantiate import instantiate
-from mnframe.config.errors import ConfigError, ConfigIssue
+from mnframe.config.issues import ConfigError, ConfigIssue
 
 DRY_BATCH = 2  # examples in the dummy batch (2: batch normalization needs more than one)
 
@@ -176,7 +176,7 @@ def check_before_training(cfg, world) -> None:
     """The dry run at run time, before anything is built: on rank 0 of ``world`` (it builds
     every stage once), its verdict shared, so a mismatch is one ConfigError on every rank."""
     from mnframe.builder.instantiate import agree_on_faults
-    from mnframe.config.errors import raise_issues
+    from mnframe.config.issues import raise_issues
 
     with agree_on_faults(world):
         if world.rank == 0:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Dict, List, NamedTuple
 
-from mnframe._import_path import resolve as import_target
-from mnframe._targets import call_target, check_target
-from mnframe.config.errors import ConfigIssue
+from mnframe._internal.import_path import resolve as import_target
+from mnframe._internal.targets import call_target, check_target
+from mnframe.config.issues import ConfigIssue
 from mnframe.config.schema import UpdaterConfig
 
 
@@ -43,7 +43,7 @@ PROVIDED: Dict[str, Callable[[Built], Any]] = {
 
 
 # the updaters ``updater.accumulate`` and ``debug=profile`` work with (they become MicroBatchUpdater)
-STANDARD_UPDATERS = ("chainer.training.updaters.StandardUpdater", "mnframe.training.updater.MicroBatchUpdater")
+STANDARD_UPDATERS = ("chainer.training.updaters.StandardUpdater", "mnframe.training.micro_batch.MicroBatchUpdater")
 
 
 def build_updater(cfg: UpdaterConfig, train_iter, optimizers: Dict[str, Any], device, micro_batch=None, timer=None):
@@ -51,7 +51,7 @@ def build_updater(cfg: UpdaterConfig, train_iter, optimizers: Dict[str, Any], de
     standard updater becomes ``MicroBatchUpdater`` (``micro_batch``: examples per micro-batch
     over all data-parallel ranks, which ``accumulate=auto`` keeps a multiple of)."""
     if cfg.accumulate != 1 or timer is not None:
-        from mnframe.training.updater import MicroBatchUpdater
+        from mnframe.training.micro_batch import MicroBatchUpdater
 
         accumulate = 1 if cfg.accumulate == "auto" else cfg.accumulate  # auto: resolve_auto after resuming
         global_batch = None if micro_batch is None else micro_batch * accumulate

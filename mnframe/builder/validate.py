@@ -1,7 +1,7 @@
 """The one entry point that checks a whole composed config: ``validate(raw, world_size, has_cuda)``
 returns the ``RunConfig`` or raises one ``ConfigError`` listing every problem.
 
-``mnframe.config.validate`` checks what the schema alone says (pass 1: shapes,
+``mnframe.config.schema_checks`` checks what the schema alone says (pass 1: shapes,
 ranges, unknown keys; the device; the model-parallel rank graph); each builder
 checks its own section against its own tables (``communicator_issues``,
 ``dataset_issues``, ``optimizer_issues``, ``model_issues``, ``updater_issues``,
@@ -22,8 +22,8 @@ from mnframe.builder.model import model_issues
 from mnframe.builder.optimizer import optimizer_issues
 from mnframe.builder.updater import updater_issues
 from mnframe.config import schema
-from mnframe.config.errors import ConfigIssue, raise_issues
-from mnframe.config.validate import device_issues, read_sections, topology_issues
+from mnframe.config.issues import ConfigIssue, raise_issues
+from mnframe.config.schema_checks import device_issues, read_sections, topology_issues
 
 
 def validate(

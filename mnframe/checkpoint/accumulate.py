@@ -1,6 +1,6 @@
 """``updater.accumulate=auto``: a resumed run keeps the global batch of the checkpoint it
 resumed from, on however many ranks it now runs (``resolve_auto``, called by the pipeline
-once the checkpoint is loaded). Here rather than in ``training.updater`` because it reads
+once the checkpoint is loaded). Here rather than in ``training.micro_batch`` because it reads
 a checkpoint's manifest and the dataset builder's batch rule, which the updater class
 itself must not import.
 """
@@ -12,7 +12,7 @@ from typing import Optional
 
 from mnframe.builder.data import per_rank_batch_size
 from mnframe.checkpoint.manifest import Manifest
-from mnframe.config.errors import ConfigError
+from mnframe.config.issues import ConfigError
 from mnframe.config.schema import DatasetConfig
 
 log = logging.getLogger("mnframe.training")

@@ -20,13 +20,13 @@ import threading
 
 import numpy
 
+from mnframe._internal.npz_write import serialize
 from mnframe.checkpoint import trainer_io
 from mnframe.checkpoint.manifest import sha256_file
 from mnframe.checkpoint.store import TMP_PREFIX, checkpoint_name, write_error
+from mnframe.communicators import host_collectives
 from mnframe.runtime.errors import CheckpointError, SaveError
-from mnframe.utils import collectives
-from mnframe.utils.fs import fsync_dir
-from mnframe.utils.npz import serialize
+from mnframe.runtime.fs import fsync_dir
 
 STAGING_PREFIX = TMP_PREFIX + "async-"  # a leftover of a killed job is removed by the next save's garbage collection
 
@@ -106,10 +106,10 @@ class AsyncSaver:
         done = job.done()  # its outcome is final once done (set last by the thread)
         error, disk = (job.error, job.disk) if done else (None, True)
         flags = numpy.array([0 if done else 1, 1 if error else 0], dtype=numpy.int64)
-        writing, failed = collectives.allreduce_sum(self.store.comm, flags, name="checkpoint.async_poll")
+        writing, failed = host_collectives.allreduce_sum(self.store.comm, flags, name="checkpoint.async_poll")
         if failed:
             self.job = None
-            status = collectives.allgather_obj(self.store.comm, (error, disk), name="checkpoint.async_errors")
+            status = host_collectives.allgather_obj(self.store.comm, (error, disk), name="checkpoint.async_errors")
             if self.store.comm.rank == 0:
                 shutil.rmtree(job.staging, ignore_errors=True)  # ranks still writing fail quietly
             error_type = SaveError if all(d for e, d in status if e) else CheckpointError

@@ -6,7 +6,7 @@ from mnframe.checkpoint.extension import CheckpointExtension
 from mnframe.checkpoint.layout import make_layout
 from mnframe.checkpoint.resume import resume as resume_checkpoint
 from mnframe.checkpoint.store import CheckpointStore
-from mnframe.config.checkpoint import CheckpointConfig, ResumeMode
+from mnframe.config.schema_checkpoint import CheckpointConfig, ResumeMode
 from mnframe.runtime import watchdog
 
 

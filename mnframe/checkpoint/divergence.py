@@ -16,7 +16,7 @@ sees. Before a checkpoint is written, ``weights_finite`` checks the parameters
 
 import math
 
-from mnframe.utils.collectives import allreduce_sum
+from mnframe.communicators.host_collectives import allreduce_sum
 
 VALUES = {1: "nan", 2: "inf", 3: "-inf", 4: "non-finite weights", 5: "diverging"}  # code -> what was seen
 RUNAWAY = 5  # a finite loss above the factor (Watch)

@@ -1,6 +1,6 @@
 """The trained model as plain ``.npz`` and ``.safetensors`` files.
 
-``export_models`` writes each model as ``.npz`` (``mnframe.utils.npz.save_npz``: Chainer's
+``export_models`` writes each model as ``.npz`` (``mnframe._internal.npz_write.save_npz``: Chainer's
 keys, no pickle) and, beside it, ``.safetensors`` (``model_files.save_safetensors``)
 (the user's own link: the ``Classifier`` the runner may have wrapped around it
 is left out), only from the ranks that hold distinct parameters: the first
@@ -14,11 +14,11 @@ run's config), or into the same link built by hand with ``load_params(path, mode
 
 import os
 
+from mnframe._internal.npz_write import WriteFailed, payload_bytes, serialize, write_npz
 from mnframe.checkpoint.model_files import export_file_names, save_safetensors
+from mnframe.communicators.host_collectives import share_verdict
 from mnframe.runtime.errors import SaveError
-from mnframe.utils.collectives import share_verdict
-from mnframe.utils.fs import atomic_path
-from mnframe.utils.npz import WriteFailed, payload_bytes, serialize, write_npz
+from mnframe.runtime.fs import atomic_path
 
 
 def export_models(run_dir, models, writer, world, model_rank=None):

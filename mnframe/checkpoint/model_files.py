@@ -4,7 +4,7 @@
 user's model from the run's ``config.yaml`` (its ``model`` section, or one model-parallel
 rank's stages) and loads the parameters with ``load_params``, which reads either
 format without pickle: ``.safetensors`` through the ``safetensors`` package (a
-format that cannot carry code), ``.npz`` through ``mnframe.utils.safe_npz`` (bounded,
+format that cannot carry code), ``.npz`` through ``mnframe._internal.npz_read`` (bounded,
 no object arrays). Commands that load models (evaluate, predict) should call these
 two functions rather than ``chainer.serializers.load_npz``, which allows pickles.
 
@@ -21,8 +21,8 @@ import os
 
 import numpy
 
+from mnframe._internal.npz_read import UnsafeFile
 from mnframe.runtime.errors import ConfigError
-from mnframe.utils.safe_npz import UnsafeFile
 
 __all__ = ["save_safetensors", "load_params", "load_model", "model_file"]
 
@@ -89,7 +89,7 @@ def load_params(path, link, strict=True):
     if path.endswith(".safetensors"):
         NpzDeserializer(_read_safetensors(path), strict=strict).load(link)
     else:
-        from mnframe.utils.safe_npz import load_npz
+        from mnframe._internal.npz_read import load_npz
 
         load_npz(path, link, strict=strict)
     return link
@@ -140,7 +140,7 @@ def build_user_model(cfg, name="main", model_rank=None):
     """The user's link ``name`` (no Classifier) built from a validated RunConfig, without communicators."""
     import chainer
 
-    from mnframe._targets import declared_parameters
+    from mnframe._internal.targets import declared_parameters
     from mnframe.builder.instantiate import instantiate
     from mnframe.builder.model import COMMUNICATOR_PARAMETERS
     from mnframe.config.schema import Component, DataParallelTopology

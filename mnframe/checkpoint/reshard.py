@@ -18,12 +18,12 @@ A refused layout or graph is a ConfigError (status 2): one line naming the old a
 import hashlib
 import os
 
+from mnframe._internal.npz_read import SafeNpz, UnsafeFile
 from mnframe.checkpoint import layout as layouts
 from mnframe.checkpoint.manifest import outside_problem
 from mnframe.checkpoint.trainer_io import is_per_rank
+from mnframe.communicators import host_collectives
 from mnframe.runtime.errors import ConfigError, ResumeFailed
-from mnframe.utils import collectives
-from mnframe.utils.safe_npz import SafeNpz, UnsafeFile
 
 MODEL_PREFIX, OPTIMIZER_PREFIX = "updater/model:", "updater/optimizer:"
 
@@ -97,11 +97,11 @@ def check_replicas(comm, directory, name, manifest, new, params=None):
         except Exception as exc:
             err = f"could not read {os.path.join(directory, fname)}: {type(exc).__name__}: {exc}"
             break
-    parts = collectives.allgather_obj(comm, (digests, err, unsafe), name="checkpoint.replicas")
+    parts = host_collectives.allgather_obj(comm, (digests, err, unsafe), name="checkpoint.replicas")
     refused = list(dict.fromkeys(u for _, _, u in parts if u))
     if refused:
         raise UnsafeFile("; ".join(refused))
-    collectives.share_verdict(comm, err, f"checking the replicas of checkpoint {name}", ResumeFailed)
+    host_collectives.share_verdict(comm, err, f"checking the replicas of checkpoint {name}", ResumeFailed)
     found = {}
     for part, _, _ in parts:
         found.update(part)

@@ -4,14 +4,14 @@ At another world size each rank loads its model-parallel stage's state (``reshar
 
 import sys
 
+from mnframe._internal.npz_read import UnsafeFile
 from mnframe.checkpoint import config_diff, reshard, signing
 from mnframe.checkpoint.layout import make_layout
 from mnframe.checkpoint.trainer_io import load_trainer
+from mnframe.communicators import host_collectives
 from mnframe.communicators.verdict import distinct
 from mnframe.datasets import shuffle_seeds
 from mnframe.runtime.errors import ConfigError
-from mnframe.utils import collectives
-from mnframe.utils.safe_npz import UnsafeFile
 
 
 def _say(comm, text):
@@ -45,7 +45,7 @@ def check_config(comm, manifest, name, config_hash, config, allow_unsafe):
 def check_signature(comm, manifest, secret, where):
     """Refuse (UnsafeFile, status 2, on every rank) a checkpoint whose signature does not verify."""
     problem = signing.problem(manifest, secret, where)
-    collectives.share_verdict(comm, problem, "checkpoint.signature", UnsafeFile, distinct)
+    host_collectives.share_verdict(comm, problem, "checkpoint.signature", UnsafeFile, distinct)
 
 
 def resume(trainer, store, cfg, mode="auto", config_hash=None, config=None):

@@ -193,7 +193,7 @@ def legacy_python_state(data, where=("the checkpoint", "python")):
     Only the opcodes for ints, floats, None, tuples and the memo are accepted (no
     global, call or object construction), so nothing can run; anything else, or a
     result that is not a generator state, raises UnsafeFile naming the file and entry."""
-    from mnframe.utils.safe_npz import UnsafeFile
+    from mnframe._internal.npz_read import UnsafeFile
 
     stack, memo = [], {}
 

@@ -25,12 +25,12 @@ import re
 import shutil
 import sys
 
+from mnframe._internal.npz_write import WriteFailed
 from mnframe.checkpoint import signing
 from mnframe.checkpoint.manifest import MANIFEST, FileEntry, Manifest, check_file, outside_problem, sha256_file
+from mnframe.communicators import host_collectives
 from mnframe.runtime.errors import CheckpointError, ConfigError, SaveError
-from mnframe.utils import collectives
-from mnframe.utils.fs import atomic_write_text, fsync_dir
-from mnframe.utils.npz import WriteFailed
+from mnframe.runtime.fs import atomic_write_text, fsync_dir
 
 _NAME_RE = re.compile(r"^iter_(\d{8,})$")
 DAMAGED_SUFFIX = ".damaged"  # iter_N.damaged (.2, .3 ...): moved aside, never deleted, not a checkpoint
@@ -93,12 +93,12 @@ class CheckpointStore:
                 os.makedirs(tmp)
             except OSError as exc:
                 err = f"cannot create {tmp}: {exc}"
-        err = collectives.bcast_obj(self.comm, err, name="checkpoint.bcast_obj")
+        err = host_collectives.bcast_obj(self.comm, err, name="checkpoint.bcast_obj")
         if err:
             raise SaveError(f"checkpoint {name} not written: {err}{self._kept()}")
 
         entries, err, disk = self._write_own(tmp, write_files)
-        results = collectives.allgather_obj(self.comm, (entries, err, disk), name="checkpoint.allgather_obj")
+        results = host_collectives.allgather_obj(self.comm, (entries, err, disk), name="checkpoint.allgather_obj")
         errors = [e for _, e, _ in results if e]
         if errors:
             if rank == 0:
@@ -126,7 +126,7 @@ class CheckpointStore:
                 secret,
                 keep,
             )
-        err, disk = collectives.bcast_obj(self.comm, (err, disk), name="checkpoint.bcast_obj")
+        err, disk = host_collectives.bcast_obj(self.comm, (err, disk), name="checkpoint.bcast_obj")
         if err:
             raise (SaveError if disk else CheckpointError)(err + self._kept())
         return name
@@ -274,14 +274,14 @@ class CheckpointStore:
                     listing.append((name, f"{self.path(name)} has no {MANIFEST} (incomplete)"))
                 except Exception as exc:
                     listing.append((name, f"{self.path(name)}/{MANIFEST} is unreadable: {exc}"))
-        return collectives.bcast_obj(self.comm, listing, name="checkpoint.bcast_obj")
+        return host_collectives.bcast_obj(self.comm, listing, name="checkpoint.bcast_obj")
 
     def verify(self, name, manifest):
         """Every problem with checkpoint ``name``'s files (collective: ranks share the hashing)."""
         names = sorted(manifest.files)
         mine = [names[i] for i in range(self.comm.rank, len(names), self.comm.size)]
         problems = [p for f in mine if (p := check_file(self.path(name), f, manifest.files[f]))]
-        parts = collectives.allgather_obj(self.comm, problems, name="checkpoint.allgather_obj")
+        parts = host_collectives.allgather_obj(self.comm, problems, name="checkpoint.allgather_obj")
         return sorted(p for part in parts for p in part)
 
     def select(self, resume="auto", load=None, verify=True):

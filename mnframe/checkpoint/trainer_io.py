@@ -8,21 +8,21 @@ world size every rank loads the file of a rank that ran the same model-parallel
 stage (``mnframe.checkpoint.reshard``; rank 0's for data parallelism) but skips the
 per-rank parts (iterator positions and random states): the data is re-sharded and
 iterators start their epoch over, keeping the epoch count (``keep_epochs``). Files are
-read with ``mnframe.utils.safe_npz`` (no pickle, bounded sizes): a file that could run
+read with ``mnframe._internal.npz_read`` (no pickle, bounded sizes): a file that could run
 code is refused on every rank with status 2.
 """
 
 import os
 
+from mnframe._internal.npz_read import UnsafeFile, load_npz
+from mnframe._internal.npz_write import WriteFailed, payload_bytes, serialize, write_npz
 from mnframe.checkpoint.layout import rank_file
 from mnframe.checkpoint.manifest import outside_problem
+from mnframe.communicators import host_collectives
 from mnframe.communicators.powersgd import STATE_KEY as POWERSGD_KEY
 from mnframe.communicators.verdict import distinct
 from mnframe.runtime.errors import ResumeFailed
-from mnframe.utils import collectives
-from mnframe.utils.fs import atomic_path
-from mnframe.utils.npz import WriteFailed, payload_bytes, serialize, write_npz
-from mnframe.utils.safe_npz import UnsafeFile, load_npz
+from mnframe.runtime.fs import atomic_path
 
 RNG_KEY = "mnframe_rng"
 # each rank's own state: skipped when a resize loads another rank's file, and not compared between
@@ -76,8 +76,8 @@ def load_trainer(directory, manifest, trainer, comm, source=None):
     except Exception as exc:
         err = f"rank {comm.rank} could not load {path}: {type(exc).__name__}: {exc}"
     # the same one line on every rank; an unsafe file first (nothing from it ran)
-    collectives.share_verdict(comm, unsafe, "checkpoint.safe_load", UnsafeFile, distinct)
-    collectives.share_verdict(comm, err, "checkpoint.load", ResumeFailed, _resume_failed)
+    host_collectives.share_verdict(comm, unsafe, "checkpoint.safe_load", UnsafeFile, distinct)
+    host_collectives.share_verdict(comm, err, "checkpoint.load", ResumeFailed, _resume_failed)
     return resharded
 
 
@@ -89,7 +89,7 @@ def keep_epochs(path, trainer):
     from chainer.serializers import DictionarySerializer
     from chainer.serializers.npz import NpzDeserializer
 
-    from mnframe.utils.safe_npz import SafeNpz
+    from mnframe._internal.npz_read import SafeNpz
 
     iterators = dict(getattr(trainer.updater, "_iterators", None) or {})
     with SafeNpz(path) as npz:

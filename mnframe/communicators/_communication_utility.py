@@ -2,23 +2,23 @@
 
 The helpers code written against ChainerMN calls (its own tests among them),
 implemented on mnframe's parts: ``init_ranks`` reads mnframe's node discovery
-(topology.py), ``chunked_bcast_obj`` is mnframe's chunked object broadcast
+(node_discovery.py), ``chunked_bcast_obj`` is mnframe's chunked object broadcast
 (object_ops.py) with ChainerMN's argument checks, ``init_nccl_comm`` and
 ``_get_nccl_type_id`` use mnframe's NCCL table (nccl_ops.py).
 """
 
 import numpy as np
-from mpi4py import MPI
 
 from mnframe import nccl  # noqa: F401 - ChainerMN's module exposes it here too
-from mnframe.communicators import object_ops, topology
+from mnframe.communicators import node_discovery, object_ops
+from mnframe.runtime.mpi_comm import MPI
 
 INT_MAX = 2147483647  # the largest count one MPI call takes
 
 
 def init_ranks(mpi_comm):
     """``[rank, intra_rank, intra_size, inter_rank, inter_size]`` of this process (collective)."""
-    topo = topology.discover(mpi_comm)
+    topo = node_discovery.discover(mpi_comm)
     try:
         return [topo.rank, topo.intra_rank, topo.intra_size, topo.inter_rank, topo.inter_size]
     finally:

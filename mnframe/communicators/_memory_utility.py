@@ -11,9 +11,9 @@ import CuPy when called and have not run on a GPU.
 import ctypes
 
 import numpy as np
-from mpi4py import MPI
 
 from mnframe.communicators import _communication_utility  # noqa: F401 - ChainerMN exposes it here
+from mnframe.runtime.mpi_comm import MPI
 
 
 def _cupy():
@@ -58,8 +58,9 @@ def get_device_memory_pointer(array):
     raise ValueError(f"{type(array)} is from an unsupported array module")
 
 
-def array_to_buffer_object(array, mpi_dtype=MPI.FLOAT):
-    """An MPI message for ``array``: the NumPy array itself, or ``(device buffer, mpi_dtype)``."""
+def array_to_buffer_object(array, mpi_dtype=None):
+    """An MPI message for ``array``: the NumPy array itself, or ``(device buffer, mpi_dtype)`` (None: MPI.FLOAT)."""
+    mpi_dtype = MPI.FLOAT if mpi_dtype is None else mpi_dtype
     pointer = get_device_memory_pointer(array)
     return pointer if isinstance(pointer, np.ndarray) else (pointer, mpi_dtype)
 

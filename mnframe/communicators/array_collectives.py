@@ -15,11 +15,11 @@ when a tuple was sent, ``bcast`` returns the root's array on the root.
 """
 
 import numpy as np
-from mpi4py import MPI
 
 from mnframe.communicators import mpi_types, wire_allreduce
 from mnframe.communicators.verdict import CommunicatorArgumentError, raise_if_any
 from mnframe.runtime import oplog
+from mnframe.runtime.mpi_comm import MPI
 
 CHUNK_BYTES = 1 << 30  # the largest single MPI message mnframe sends
 # In-place allreduces go in pieces of this size: MPI implementations switch to
@@ -150,11 +150,12 @@ def send(comm, data, dest, tag=0):
                 comm.Send([buf[s:e], MPI.BYTE], dest=dest, tag=tag)
 
 
-def recv(comm, source, tag=MPI.ANY_TAG, status=None):
+def recv(comm, source, tag=None, status=None):
     """Receive what ``send`` sent: an array, or a tuple when a tuple was sent.
 
-    ``status`` (an ``MPI.Status``, optional) gets the message's source and tag.
+    ``tag`` None is ``MPI.ANY_TAG``; ``status`` (an ``MPI.Status``, optional) gets the message's source and tag.
     """
+    tag = MPI.ANY_TAG if tag is None else tag
     status = MPI.Status() if status is None else status
     with oplog.op("recv", peer=source):
         is_tuple, metas, xp = comm.recv(source=source, tag=tag, status=status)

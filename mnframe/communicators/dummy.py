@@ -13,5 +13,9 @@ class DummyReducer(GradReducer):
         pass
 
 
-class DummyCommunicator(MpiCommunicator, registry_name="dummy"):
+class DummyCommunicator(MpiCommunicator):
     """No gradient communication (benchmarking only)."""
+
+    # GPU reducers are "module:attr" strings, imported on first use: device_reducers builds on the
+    # CPU reducers' modules (naming its classes here would be an import cycle) and CPU jobs never load it.
+    reducers = {"numpy": DummyReducer, "cupy": "mnframe.communicators.device_reducers:DummyDeviceReducer"}

@@ -3,8 +3,7 @@
 import difflib
 import logging
 
-from mnframe._import_path import resolve as _resolve  # "module:Class" -> the class
-from mnframe.communicators import config, powersgd, registry
+from mnframe.communicators import options, powersgd, registry
 
 log = logging.getLogger("mnframe.communicators")
 SHARED_GPU_NAME = "non_cuda_aware"  # averages through host memory: any number of ranks per GPU
@@ -64,20 +63,20 @@ def create_communicator(
         mpi_comm = MPI.COMM_WORLD
     name = default_name(mpi_comm) if communicator_name is None else communicator_name
     _check_name(name)
-    config.check("allreduce_grad_dtype", allreduce_grad_dtype)
+    options.check("allreduce_grad_dtype", allreduce_grad_dtype)
     compressed = {
         "compression": compression,
         "powersgd_rank": powersgd_rank,
         "powersgd_start_iter": powersgd_start_iter,
     }
     for key, value in compressed.items():
-        config.check(key, value)
+        options.check(key, value)
     _check_device(name)
     if registry.COMMUNICATORS[name].needs_cuda:
         from mnframe import cuda_env
 
         cuda_env.quiet_cudnn_warning(mpi_comm.rank)  # one note on rank 0 on CuPy 14 (no cuDNN)
-    cls = _resolve(registry.COMMUNICATORS[name].class_path)
+    cls = registry.COMMUNICATORS[name].cls
     comm = cls(mpi_comm=mpi_comm, allreduce_grad_dtype=allreduce_grad_dtype, batched_copy=batched_copy, **compressed)
     _notify_activation(comm)
     return comm

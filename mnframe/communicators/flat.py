@@ -19,5 +19,9 @@ class FlatReducer(GradReducer):
             scale_inplace(arr, scale)
 
 
-class FlatCommunicator(MpiCommunicator, registry_name="flat"):
+class FlatCommunicator(MpiCommunicator):
     """One flat buffer and an in-place MPI allreduce over all ranks."""
+
+    # GPU reducers are "module:attr" strings, imported on first use: device_reducers builds on the
+    # CPU reducers' modules (naming its classes here would be an import cycle) and CPU jobs never load it.
+    reducers = {"numpy": FlatReducer, "cupy": "mnframe.communicators.device_reducers:flat_reducer"}

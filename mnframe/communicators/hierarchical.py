@@ -38,5 +38,9 @@ class HierarchicalReducer(ShmReducer):
         self.fence(buffer, "hier:done")
 
 
-class HierarchicalCommunicator(MpiCommunicator, registry_name="hierarchical"):
+class HierarchicalCommunicator(MpiCommunicator):
     """Shared-memory reduce in the node, leaders' allreduce, shared-memory broadcast."""
+
+    # GPU reducers are "module:attr" strings, imported on first use: device_reducers builds on the
+    # CPU reducers' modules (naming its classes here would be an import cycle) and CPU jobs never load it.
+    reducers = {"numpy": HierarchicalReducer, "cupy": "mnframe.communicators.device_reducers:NcclHierarchicalReducer"}

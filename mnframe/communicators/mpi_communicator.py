@@ -5,8 +5,8 @@ It composes the parts: node discovery (topology), array and object operations
 averaging strategies, ``reducers``, which is all that differs between names:
 a table from the gradients' array module ("numpy", "cupy") to a reducer class
 or factory (a "module:attr" string is imported on first use, so GPU strategies
-never load on CPU jobs). A subclass declared with ``registry_name=NAME`` takes
-the table of that name's row in ``registry.COMMUNICATORS``. A strategy is created the first time gradients of its
+never load on CPU jobs). Each subclass states its own table; ``registry.COMMUNICATORS``
+names the subclasses. A strategy is created the first time gradients of its
 module are averaged; that is collective, and every rank reaches it at the same
 call because the ranks have just agreed on the gradients' signature.
 """
@@ -15,14 +15,14 @@ import logging
 import time
 
 import numpy as np
-from mpi4py import MPI
 
-from mnframe._import_path import resolve
+from mnframe._internal.import_path import resolve
 from mnframe.communicators import array_collectives as pc
-from mnframe.communicators import config, object_ops, packing, powersgd, topology, wire_choice
+from mnframe.communicators import node_discovery, object_ops, options, packing, powersgd, wire_choice
 from mnframe.communicators.base import CommunicatorBase
 from mnframe.communicators.verdict import CommunicatorArgumentError
 from mnframe.runtime import oplog
+from mnframe.runtime.mpi_comm import MPI
 
 _MAX_LAYOUTS = 16
 log = logging.getLogger("mnframe.communicators")
@@ -33,15 +33,6 @@ class MpiCommunicator(CommunicatorBase):
 
     reducers = {}  # array module of the gradients -> reducer class/factory or "module:attr"
     double_buffering = "mpi"  # how create_multi_node_optimizer(double_buffering=True) overlaps
-    registry_name = None  # the name this class is registered under (registry.COMMUNICATORS)
-
-    def __init_subclass__(cls, registry_name=None, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if registry_name is not None:
-            from mnframe.communicators.registry import COMMUNICATORS
-
-            cls.registry_name = registry_name
-            cls.reducers = dict(COMMUNICATORS[registry_name].reducers)
 
     @classmethod
     def grad_devices(cls):
@@ -59,14 +50,14 @@ class MpiCommunicator(CommunicatorBase):
     ):
         self._comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         self._owns_comm = False
-        self._configs.update(config.defaults())
+        self._configs.update(options.defaults())
         self.set_config("allreduce_grad_dtype", allreduce_grad_dtype)
         self.set_config("batched_copy", batched_copy)
         self.set_config("compression", compression)
         self.set_config("powersgd_rank", powersgd_rank)
         self.set_config("powersgd_start_iter", powersgd_start_iter)
         self.powersgd = powersgd.PowerSGD()  # compression state, shared with this communicator's splits
-        self._topo = topology.discover(self._comm)
+        self._topo = node_discovery.discover(self._comm)
         self._reducers = {}  # array module -> reducer, created on first use
         self._finalized = False
         self._layouts = {}
@@ -92,25 +83,25 @@ class MpiCommunicator(CommunicatorBase):
 
     # -- configuration: this instance's ``_configs`` (CommunicatorBase); each known name is also an attribute
     def set_config(self, name, value=True, **kwargs):
-        self._configs[name] = config.check(name, value)
+        self._configs[name] = options.check(name, value)
 
     def get_config(self, name=None):
         if name is None:
             return dict(self._configs)
         if name not in self._configs:  # a known name is always there
-            config.check(name, None)  # raises UnknownConfigError naming the known ones
+            options.check(name, None)  # raises UnknownConfigError naming the known ones
         return self._configs[name]
 
-    batched_copy = config.attribute("batched_copy")
-    allreduce_grad_dtype = config.attribute("allreduce_grad_dtype")
-    compression = config.attribute("compression")
-    powersgd_rank = config.attribute("powersgd_rank")
-    powersgd_start_iter = config.attribute("powersgd_start_iter")
+    batched_copy = options.attribute("batched_copy")
+    allreduce_grad_dtype = options.attribute("allreduce_grad_dtype")
+    compression = options.attribute("compression")
+    powersgd_rank = options.attribute("powersgd_rank")
+    powersgd_start_iter = options.attribute("powersgd_start_iter")
 
     def split(self, color, key):
         with oplog.op("split"):
             sub = self._comm.Split(color, key)
-        comm = type(self)(mpi_comm=sub, **{name: self._configs[name] for name in config.CONFIGS})
+        comm = type(self)(mpi_comm=sub, **{name: self._configs[name] for name in options.CONFIGS})
         comm._owns_comm = True
         comm.powersgd = self.powersgd  # kept per parameter: the overlap's bucket communicator continues it
         return comm
@@ -245,7 +236,7 @@ class MpiCommunicator(CommunicatorBase):
     def _wire_for(self, sig):
         """(the wire dtype for gradients of ``sig``, the 'auto' choice's key or None)."""
         wire = self._configs["allreduce_grad_dtype"]
-        if wire == config.WIRE_AUTO and self.size > 1:
+        if wire == options.WIRE_AUTO and self.size > 1:
             choice_key = packing.signature_key(sig, None)
             return self._wire_choice.wire_for(choice_key), choice_key
         return wire, None
@@ -291,7 +282,7 @@ class MpiCommunicator(CommunicatorBase):
             if p.grad is None:  # zero_fill
                 p.grad = p.xp.zeros_like(p.array)
             named.append((name, p))
-        fixed = None if wire in (None, config.WIRE_AUTO) else np.dtype(wire)
+        fixed = None if wire in (None, options.WIRE_AUTO) else np.dtype(wire)
         self.powersgd.mean(
             named,
             self._configs["powersgd_rank"],

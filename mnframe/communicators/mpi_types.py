@@ -9,8 +9,8 @@ logical OR (what ``numpy.add`` does to booleans).
 import functools
 
 import numpy as np
-from mpi4py import MPI
-from mpi4py.util import dtlib
+
+from mnframe.runtime.mpi_comm import MPI
 
 
 def _float16_sum(inbuf, inoutbuf, _datatype):
@@ -35,6 +35,8 @@ def sum_spec(dtype):
     native = MPI._typedict.get(dtype.char)  # predefined types: MPI.FLOAT, MPI.INT64_T, ...
     if native is not None:
         return native, MPI.SUM
+    from mpi4py.util import dtlib  # imports mpi4py.MPI: here, not when the module is imported
+
     try:
         return dtlib.from_numpy_dtype(dtype), MPI.SUM
     except (ValueError, KeyError) as e:

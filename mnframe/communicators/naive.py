@@ -44,5 +44,9 @@ def _cast(src, dst):
     np.copyto(dst, src, casting="unsafe")
 
 
-class NaiveCommunicator(MpiCommunicator, registry_name="naive"):
+class NaiveCommunicator(MpiCommunicator):
     """Per-parameter MPI allreduce; works on any placement, CPU or GPU arrays."""
+
+    # GPU reducers are "module:attr" strings, imported on first use: device_reducers builds on the
+    # CPU reducers' modules (naming its classes here would be an import cycle) and CPU jobs never load it.
+    reducers = {"numpy": NaiveReducer, "cupy": "mnframe.communicators.device_reducers:NaiveDeviceReducer"}

@@ -10,5 +10,9 @@ algorithm (so it keeps the node structure), and copied back in one transfer
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 
 
-class NonCudaAwareCommunicator(MpiCommunicator, registry_name="non_cuda_aware"):
+class NonCudaAwareCommunicator(MpiCommunicator):
     """GPU gradients staged through host shared memory; MPI never sees device pointers."""
+
+    # GPU reducers are "module:attr" strings, imported on first use: device_reducers builds on the
+    # CPU reducers' modules (naming its classes here would be an import cycle) and CPU jobs never load it.
+    reducers = {"cupy": "mnframe.communicators.device_reducers:HostStagedReducer"}

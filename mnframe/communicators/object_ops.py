@@ -10,7 +10,6 @@ import operator
 import pickle
 
 import numpy as np
-from mpi4py import MPI
 
 from mnframe.communicators import array_collectives as pc
 
@@ -36,7 +35,8 @@ def send_obj(comm, obj, dest, tag=0):
     pc.send(comm, payload, dest, tag)
 
 
-def recv_obj(comm, source, tag=MPI.ANY_TAG, status=None):
+def recv_obj(comm, source, tag=None, status=None):
+    """Receive what ``send_obj`` sent (``tag`` None: any tag)."""
     return _loads(pc.recv(comm, source, tag, status=status))
 
 

@@ -10,7 +10,11 @@ current stream, handed back as views. float16 on the wire
 from mnframe.communicators.mpi_communicator import MpiCommunicator
 
 
-class PureNcclCommunicator(MpiCommunicator, registry_name="pure_nccl"):
+class PureNcclCommunicator(MpiCommunicator):
     """NCCL allreduce of a packed device buffer (float16/32/64 on the wire)."""
+
+    # GPU reducers are "module:attr" strings, imported on first use: device_reducers builds on the
+    # CPU reducers' modules (naming its classes here would be an import cycle) and CPU jobs never load it.
+    reducers = {"cupy": "mnframe.communicators.device_reducers:NcclAllReducer"}
 
     double_buffering = "nccl"  # create_multi_node_optimizer(double_buffering=True) overlaps on a CUDA stream

@@ -1,7 +1,7 @@
-"""The table of communicator names (import-light: no mpi4py, no CuPy).
+"""The table of communicator names: each name's class (import-light: no MPI started, no CuPy).
 
-The one place a communicator name is stated: the factory resolves
-``class_path`` lazily, each class takes its ``reducers`` from its row, the
+The one place a communicator name is stated: the factory creates the row's class
+(which states its own ``reducers``, the strategy per gradient array module), the
 runner's ``communicator`` config group is generated from ``COMMUNICATORS``
 (``mnframe.config.compose``), and the config validator reads ``needs_cuda``
 and ``cpu_ok`` without starting MPI. Adding a name is one row here plus its
@@ -21,21 +21,35 @@ import dataclasses
 import types
 from typing import Mapping
 
+# The communicator modules import mpi4py.MPI only on first use (runtime.mpi_comm.MPI) and CuPy only
+# when GPU gradients are averaged, so composing a config, --help and --check read this table
+# without starting MPI (tests/unit/test_comm_signatures.py: test_registry_is_import_light).
+from mnframe.communicators.dummy import DummyCommunicator
+from mnframe.communicators.flat import FlatCommunicator
+from mnframe.communicators.hierarchical import HierarchicalCommunicator
+from mnframe.communicators.naive import NaiveCommunicator
+from mnframe.communicators.non_cuda_aware import NonCudaAwareCommunicator
+from mnframe.communicators.pure_nccl import PureNcclCommunicator
+from mnframe.communicators.single_node import SingleNodeCommunicator
+from mnframe.communicators.two_dimensional import TwoDimensionalCommunicator
+
 
 @dataclasses.dataclass(frozen=True)
 class CommunicatorInfo:
-    """One communicator name: its class and the strategy per gradient array module.
+    """One communicator name: its class, which states its strategy per gradient array module.
 
-    ``reducers`` maps the array module of the gradients ("numpy", "cupy") to a
-    ``"module:attr"`` reducer class or factory; the class registered under the
-    name takes it as its own ``reducers`` table (``MpiCommunicator``'s
-    ``registry_name``), and ``cpu_ok``/``needs_cuda`` follow from its keys.
+    ``reducers`` is the class's table from the array module of the gradients ("numpy",
+    "cupy") to a reducer class or factory; ``cpu_ok``/``needs_cuda`` follow from its keys.
     """
 
-    class_path: str  # "module:Class"
-    reducers: Mapping[str, str]  # "numpy"/"cupy" -> "module:attr"
+    cls: type  # an MpiCommunicator subclass
     needs_nccl: bool  # needs NCCL (through CuPy)
     description: str
+
+    @property
+    def reducers(self) -> Mapping[str, object]:
+        """Array module ("numpy", "cupy") -> reducer: a class, or "module:attr" (GPU, imported on first use)."""
+        return types.MappingProxyType(self.cls.reducers)
 
     @property
     def cpu_ok(self) -> bool:
@@ -48,77 +62,26 @@ class CommunicatorInfo:
         return not self.cpu_ok
 
 
-_P = "mnframe.communicators."
-
-
-def _info(module, cls, description, *, cupy, numpy=None, needs_nccl=False):
-    """One row: ``module:cls`` and each reducer as ``module:attr``, all under ``mnframe.communicators``.
-
-    ``cupy`` (the GPU reducer) is required: every ChainerMN communicator averages
-    GPU gradients. ``numpy`` (the CPU reducer) is given when the name also trains
-    on the CPU; without it the name is GPU-only (``needs_cuda``)."""
-    reducers = {"numpy": _P + numpy} if numpy else {}
-    reducers["cupy"] = _P + cupy
-    return CommunicatorInfo(f"{_P}{module}:{cls}", types.MappingProxyType(reducers), needs_nccl, description)
+def _info(cls, description, *, needs_nccl=False):
+    """One row. Every ChainerMN communicator averages GPU gradients (``cupy`` in its class's
+    ``reducers``); with ``numpy`` there too the name also trains on the CPU, else it is GPU-only."""
+    return CommunicatorInfo(cls, needs_nccl, description)
 
 
 COMMUNICATORS = {
-    "naive": _info(
-        "naive",
-        "NaiveCommunicator",
-        "one MPI allreduce per parameter (reference, testing)",
-        numpy="naive:NaiveReducer",
-        cupy="device_reducers:NaiveDeviceReducer",
-    ),
-    "flat": _info(
-        "flat",
-        "FlatCommunicator",
-        "one persistent flat buffer, one MPI allreduce over all ranks",
-        numpy="flat:FlatReducer",
-        cupy="device_reducers:flat_reducer",
-    ),
+    "naive": _info(NaiveCommunicator, "one MPI allreduce per parameter (reference, testing)"),
+    "flat": _info(FlatCommunicator, "one persistent flat buffer, one MPI allreduce over all ranks"),
     "hierarchical": _info(
-        "hierarchical",
-        "HierarchicalCommunicator",
-        "shared-memory reduce in the node, leaders' allreduce, broadcast in the node",
-        numpy="hierarchical:HierarchicalReducer",
-        cupy="device_reducers:NcclHierarchicalReducer",
+        HierarchicalCommunicator, "shared-memory reduce in the node, leaders' allreduce, broadcast in the node"
     ),
     "two_dimensional": _info(
-        "two_dimensional",
-        "TwoDimensionalCommunicator",
-        "shared-memory reduce-scatter, per-slice allreduce across nodes, allgather",
-        numpy="two_dimensional:TwoDimensionalReducer",
-        cupy="device_reducers:NcclTwoDimensionalReducer",
+        TwoDimensionalCommunicator, "shared-memory reduce-scatter, per-slice allreduce across nodes, allgather"
     ),
     # the two_dimensional reducer as is: on one node it is the fused pass (the class refuses several nodes)
-    "single_node": _info(
-        "single_node",
-        "SingleNodeCommunicator",
-        "all ranks on one node: one fused shared-memory pass",
-        numpy="two_dimensional:TwoDimensionalReducer",
-        cupy="device_reducers:NcclSingleNodeReducer",
-    ),
-    "dummy": _info(
-        "dummy",
-        "DummyCommunicator",
-        "no gradient exchange (benchmarking only)",
-        numpy="dummy:DummyReducer",
-        cupy="device_reducers:DummyDeviceReducer",
-    ),
-    "pure_nccl": _info(
-        "pure_nccl",
-        "PureNcclCommunicator",
-        "NCCL allreduce of GPU gradients",
-        cupy="device_reducers:NcclAllReducer",
-        needs_nccl=True,
-    ),
-    "non_cuda_aware": _info(
-        "non_cuda_aware",
-        "NonCudaAwareCommunicator",
-        "GPU gradients staged through host memory and averaged over MPI",
-        cupy="device_reducers:HostStagedReducer",
-    ),
+    "single_node": _info(SingleNodeCommunicator, "all ranks on one node: one fused shared-memory pass"),
+    "dummy": _info(DummyCommunicator, "no gradient exchange (benchmarking only)"),
+    "pure_nccl": _info(PureNcclCommunicator, "NCCL allreduce of GPU gradients", needs_nccl=True),
+    "non_cuda_aware": _info(NonCudaAwareCommunicator, "GPU gradients staged through host memory and averaged over MPI"),
 }
 
 CPU_DEFAULT = "two_dimensional"

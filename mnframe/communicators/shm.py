@@ -12,11 +12,11 @@ while a peer still reads it).
 import itertools
 
 import numpy as np
-from mpi4py import MPI
 
 from mnframe.communicators import array_collectives, packing, wire_allreduce
 from mnframe.communicators.reducer_base import Buffer, GradReducer
 from mnframe.runtime import oplog
+from mnframe.runtime.mpi_comm import MPI
 
 
 class SharedSegments(Buffer):

@@ -5,6 +5,7 @@ raises (on every rank alike, since all ranks see the same topology).
 """
 
 from mnframe.communicators.mpi_communicator import MpiCommunicator
+from mnframe.communicators.two_dimensional import TwoDimensionalReducer
 
 
 def require_one_node(topology):
@@ -15,11 +16,15 @@ def require_one_node(topology):
         )
 
 
-class SingleNodeCommunicator(MpiCommunicator, registry_name="single_node"):
+class SingleNodeCommunicator(MpiCommunicator):
     """One node only: fused shared-memory reduce-scatter + allgather (NCCL allreduce on GPUs).
 
     The two_dimensional reducer as is (registry row): on one node it is the
     fused pass, and ``__init__`` refuses several nodes."""
+
+    # GPU reducers are "module:attr" strings, imported on first use: device_reducers builds on the
+    # CPU reducers' modules (naming its classes here would be an import cycle) and CPU jobs never load it.
+    reducers = {"numpy": TwoDimensionalReducer, "cupy": "mnframe.communicators.device_reducers:NcclSingleNodeReducer"}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -165,5 +165,12 @@ def _is_kept(kept, index, grad):
     return ref is not None and ref() is grad
 
 
-class TwoDimensionalCommunicator(MpiCommunicator, registry_name="two_dimensional"):
+class TwoDimensionalCommunicator(MpiCommunicator):
     """Reduce-scatter in the node (shared memory), allreduce per slice across nodes, allgather."""
+
+    # GPU reducers are "module:attr" strings, imported on first use: device_reducers builds on the
+    # CPU reducers' modules (naming its classes here would be an import cycle) and CPU jobs never load it.
+    reducers = {
+        "numpy": TwoDimensionalReducer,
+        "cupy": "mnframe.communicators.device_reducers:NcclTwoDimensionalReducer",
+    }

@@ -2,7 +2,7 @@
 
 A rank that raises alone leaves its peers blocked in the next collective. So a
 local check produces an error string (or None), the strings are allgathered
-(by the array collectives' header exchange, or ``utils.collectives.share_verdict``),
+(by the array collectives' header exchange, or ``communicators.host_collectives.share_verdict``),
 and every rank raises the same error, marked ``agreed`` (``runtime.errors.agreed``:
 the guard then ends every rank together). The message is worded by one of the
 functions below (``each_rank`` unless the caller passes another).

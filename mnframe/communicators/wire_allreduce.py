@@ -27,11 +27,11 @@ a chunk starts as soon as its sum is ready. Messages stay below MPI's 2 GiB limi
 import threading
 
 import numpy as np
-from mpi4py import MPI
 
 from mnframe.communicators import half
 from mnframe.communicators.host_kernels import slice_bounds
 from mnframe.runtime import oplog
+from mnframe.runtime.mpi_comm import MPI
 
 PIECE = 1 << 28  # elements per round (512 MiB of float16)
 # bytes per peer message (16 ms at 1 Gbit/s, 1.6 ms at 10). Measured at 1 Gbit/s on 2x2 and 3x1

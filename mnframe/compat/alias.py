@@ -2,7 +2,7 @@
 
 ``install_alias()`` puts ``ChainermnAliasFinder`` first on ``sys.meta_path``.
 For ``chainermn`` and every ChainerMN module path ``chainermn.x.y`` (the table
-``mnframe._chainermn_paths``) it finds ``mnframe.x.y`` and its loader hands back
+``mnframe._internal.chainermn_paths``) it finds ``mnframe.x.y`` and its loader hands back
 mnframe's module object itself, so ``chainermn.x.y is mnframe.x.y`` and classes,
 isinstance checks and pickles are mnframe's. Any other ``chainermn.*`` name (a
 path ChainerMN does not have, or one of mnframe's own modules) raises
@@ -15,7 +15,7 @@ import importlib.abc
 import importlib.util
 import sys
 
-from mnframe import _chainermn_paths
+from mnframe._internal import chainermn_paths
 
 ALIASED_PACKAGE = "chainermn"
 TARGET_PACKAGE = "mnframe"
@@ -51,13 +51,13 @@ class ChainermnAliasFinder(importlib.abc.MetaPathFinder):
         if mnframe_name is None:
             return None
         found = None
-        if _chainermn_paths.relative(fullname, ALIASED_PACKAGE) in _chainermn_paths.PATHS:
+        if chainermn_paths.relative(fullname, ALIASED_PACKAGE) in chainermn_paths.PATHS:
             found = importlib.util.find_spec(mnframe_name)
         if found is None:
             raise ModuleNotFoundError(
                 f"No module named {fullname!r}: running ChainerMN code on mnframe, which serves "
                 f"ChainerMN's module paths only and has no {mnframe_name!r} among them "
-                f"(mnframe/_chainermn_paths.py)",
+                f"(mnframe/_internal/chainermn_paths.py)",
                 name=fullname,
             )
         return importlib.util.spec_from_loader(

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from mnframe.config.errors import ConfigError, ConfigIssue, ConfigIssues, suggest, unknown_key_issue
+from mnframe.config.issues import ConfigError, ConfigIssue, ConfigIssues, suggest, unknown_key_issue
 from mnframe.config.sources import yaml_problem
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -252,7 +252,7 @@ def register_groups(config_dirs: Sequence[Path] = ()) -> None:
 
 def register_resolvers() -> None:
     """OmegaConf resolvers mnframe's configs use (``mnframe_mkdir``: conf/tune/optuna.yaml)."""
-    from mnframe.tune import register_resolvers as tune_resolvers
+    from mnframe.config.tune_study import register_resolvers as tune_resolvers
 
     tune_resolvers()
 
@@ -387,7 +387,7 @@ def _unknown_override_key(override_key: str, cause: Any) -> ConfigIssue:
     part, the keys its parent has (the composed node's and the schema's) and, only
     when nothing is close and the section takes new keys, how to add one with ``+``."""
     from mnframe.config.schema import RunConfig
-    from mnframe.config.validate import accepts_new_keys, allowed_keys
+    from mnframe.config.schema_checks import accepts_new_keys, allowed_keys
 
     full_key = getattr(cause, "full_key", None) or override_key
     parts = str(full_key).split(".")
@@ -510,7 +510,7 @@ def _sweep_refusal(sweep: bool, hydra_cfg: Any, config: Dict[str, Any]) -> List[
     """[why this sweep cannot work] or []: an objective sweeper (``-m hydra/sweeper=optuna``,
     or one chosen in a config file) without ``tune``, whose jobs would return no value."""
     if sweep and hydra_cfg.sweeper.get("_target_") in OBJECTIVE_SWEEPERS and config.get("tune") is None:
-        from mnframe.tune import WITHOUT_TUNE
+        from mnframe.config.tune_study import WITHOUT_TUNE
 
         return [ConfigError(WITHOUT_TUNE)]
     return []

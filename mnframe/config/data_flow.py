@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from mnframe._config_issue import ConfigIssue
+from mnframe._internal.config_issue import ConfigIssue
 
 # strategies under which every rank of a model group gets the same batch in the same order
 IN_STEP = {

@@ -2,9 +2,9 @@
 
 The composed Hydra config (a plain dict by then) is validated against
 ``RunConfig``. Every model forbids unknown keys so a misspelled key is an
-error (with a suggestion, see ``mnframe.config.validate``) instead of being
+error (with a suggestion, see ``mnframe.config.schema_checks``) instead of being
 silently ignored. Checks that need the world size or the GPU live in
-``mnframe.config.validate``, those of names and ``_target_``s beside each builder
+``mnframe.config.schema_checks``, those of names and ``_target_``s beside each builder
 (``mnframe.builder.validate``); this module only describes shapes and value
 ranges, and imports nothing heavy.
 
@@ -40,11 +40,11 @@ from pydantic import (
 )
 
 from mnframe.communicators.powersgd import DEFAULT_RANK, DEFAULT_START_ITER
-from mnframe.config.checkpoint import CheckpointConfig, ResumeMode
-from mnframe.config.extensions import Extensions
 from mnframe.config.fields import Unit
-from mnframe.config.schedules import LrSchedule
-from mnframe.config.tune import TuneConfig
+from mnframe.config.schema_checkpoint import CheckpointConfig, ResumeMode
+from mnframe.config.schema_extensions import Extensions
+from mnframe.config.schema_schedules import LrSchedule
+from mnframe.config.schema_tune import TuneConfig
 
 
 class Strict(BaseModel):
@@ -56,7 +56,7 @@ class Strict(BaseModel):
 class Component(BaseModel):
     """``{_target_: dotted.path, **kwargs}``: something the builder instantiates.
 
-    Extra keys are the keyword arguments; ``mnframe._targets.check_target`` checks
+    Extra keys are the keyword arguments; ``mnframe._internal.targets.check_target`` checks
     them against the target's signature (unknown or missing arguments).
     """
 
@@ -216,7 +216,7 @@ class UpdaterConfig(Strict):
     optimizer=, device=, plus ``models=`` when it accepts it, and ``kwargs``).
 
     ``accumulate``: N micro-batches of ``dataset.batch_size`` per rank are summed
-    before one averaged update (``mnframe.training.updater``); ``auto`` keeps the
+    before one averaged update (``mnframe.training.micro_batch``); ``auto`` keeps the
     global batch of the checkpoint a run resumes from (1 on a fresh start), e.g.
     when it resumes on fewer ranks. Needs the standard updater and one model."""
 
@@ -277,7 +277,7 @@ class DebugConfig(Strict):
 
 # -- checkpoint --------------------------------------------------------------
 
-# ``CheckpointConfig`` is in ``mnframe.config.checkpoint`` (imported above).
+# ``CheckpointConfig`` is in ``mnframe.config.schema_checkpoint`` (imported above).
 
 
 # -- the whole run -----------------------------------------------------------
@@ -308,8 +308,8 @@ class RunConfig(Strict):
     topology: Topology
     updater: UpdaterConfig = Field(default_factory=UpdaterConfig)
     trainer: TrainerConfig
-    # name -> typed entry; the kind is ``kind`` or the key (mnframe.config.extensions)
+    # name -> typed entry; the kind is ``kind`` or the key (mnframe.config.schema_extensions)
     extensions: Extensions = Field(default_factory=dict)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    tune: Optional[TuneConfig] = None  # the objective of a search (tune=optuna; mnframe.tune)
+    tune: Optional[TuneConfig] = None  # the objective of a search (tune=optuna; mnframe.commands.tune)
     debug: DebugConfig = Field(default_factory=DebugConfig)

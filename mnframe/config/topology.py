@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from mnframe.config.errors import ConfigIssue
+from mnframe.config.issues import ConfigIssue
 from mnframe.config.schema import ModelParallelTopology, RankPlan
 
 
@@ -363,7 +363,7 @@ def render_png(topo: ModelParallelTopology, path: str, world_size: Optional[int]
     import matplotlib.pyplot as plt
 
     fig = figure(topo, world_size)
-    from mnframe.utils.fs import atomic_path
+    from mnframe.runtime.fs import atomic_path
 
     with atomic_path(path, fsync=False) as tmp:  # no half-written image on an interruption
         fig.savefig(tmp, bbox_inches="tight", format=os.path.splitext(str(path))[1].lstrip(".") or "png")

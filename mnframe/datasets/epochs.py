@@ -9,7 +9,7 @@ module imports nothing of mnframe, so the two do not import each other.
 
 import warnings
 
-from mnframe._mpi_comm import mpi_comm_of
+from mnframe.runtime.mpi_comm import mpi_comm_of
 
 
 def get_n_iterations_for_one_epoch(dataset, local_batch_size, comm):

@@ -18,9 +18,9 @@ every rank instead of leaving the others waiting.
 import chainer
 import numpy as np
 
-from mnframe._mpi_comm import mpi_comm_of
 from mnframe.datasets import partition, shuffle_seeds, transport
 from mnframe.runtime import oplog
+from mnframe.runtime.mpi_comm import mpi_comm_of
 
 
 class DataSizeError(RuntimeError):

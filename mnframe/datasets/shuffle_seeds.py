@@ -18,8 +18,8 @@ import weakref
 
 import numpy as np
 
-from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import oplog
+from mnframe.runtime.mpi_comm import mpi_comm_of
 
 _scattered = []  # _Scatter per shuffled scatter_dataset call of this process, in call order
 _loaded = {"seeds": None}

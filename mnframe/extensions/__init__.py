@@ -1,5 +1,5 @@
 """Trainer extensions: multi-node evaluators, checkpointer, snapshots, persistent averaging, early stopping."""
 
-from mnframe._lazy import lazy_exports
+from mnframe._internal.lazy import lazy_exports
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__)  # the names: mnframe._chainermn_paths, row "extensions"
+__getattr__, __dir__, __all__ = lazy_exports(__name__)  # the names: mnframe._internal.chainermn_paths, row "extensions"

@@ -15,7 +15,7 @@ import numpy
 from chainer import backend
 from chainer.training import extension
 
-from mnframe.utils import collectives
+from mnframe.communicators import host_collectives
 
 __all__ = ["AllreducePersistent"]
 
@@ -63,7 +63,7 @@ class AllreducePersistent(extension.Extension):
     def __call__(self, trainer=None):  # noqa: ARG002 - ChainerMN's signature (trainer= by keyword)
         items = _float_persistents(self.model)
         layout = [(path, tuple(numpy.shape(v))) for path, _, _, v in items]
-        layouts = collectives.allgather_obj(self.comm, layout, name="allreduce_persistent.layout")
+        layouts = host_collectives.allgather_obj(self.comm, layout, name="allreduce_persistent.layout")
         bad = [r for r, other in enumerate(layouts) if other != layouts[0]]
         if bad:
             raise RuntimeError(
@@ -76,7 +76,7 @@ class AllreducePersistent(extension.Extension):
             return
         host = [numpy.asarray(backend.CpuDevice().send(v), dtype=numpy.float64).ravel() for _, _, _, v in items]
         sizes = [h.size for h in host]
-        total = collectives.allreduce_sum(self.comm, numpy.concatenate(host), name="allreduce_persistent")
+        total = host_collectives.allreduce_sum(self.comm, numpy.concatenate(host), name="allreduce_persistent")
         total /= len(layouts)
         offset = 0
         for (_, link, pname, value), n in zip(items, sizes):

@@ -7,7 +7,7 @@ all ranks, so the job resumes consistently even if some ranks died before
 finishing their last checkpoint.
 
 Reliability beyond the spec:
-- files are written through ``mnframe.utils.fs.atomic_path`` (temp file, fsync,
+- files are written through ``mnframe.runtime.fs.atomic_path`` (temp file, fsync,
   rename), so a killed writer leaves no partial file under a final name;
 - before loading, every rank checks its candidate archive (zip structure and
   CRCs); a truncated or corrupt file is never loaded: the ranks agree to fall
@@ -31,12 +31,12 @@ import zipfile
 
 from chainer.training import extension
 
-from mnframe._mpi_comm import mpi_comm_of
+from mnframe._internal.npz_read import load_npz
+from mnframe._internal.npz_write import save_npz
+from mnframe.communicators import host_collectives
 from mnframe.runtime import activation, preemption
-from mnframe.utils import collectives
-from mnframe.utils.fs import atomic_path
-from mnframe.utils.npz import save_npz
-from mnframe.utils.safe_npz import load_npz
+from mnframe.runtime.fs import atomic_path
+from mnframe.runtime.mpi_comm import mpi_comm_of
 
 __all__ = ["create_multi_node_checkpointer"]
 
@@ -201,14 +201,14 @@ class MultiNodeCheckpointer(extension.Extension):
                 )
                 self.corrupt.append(fname)
                 self.files.remove(it)
-            if not collectives.all_agree(self.comm, problem is None, name="checkpointer.verify"):
+            if not host_collectives.all_agree(self.comm, problem is None, name="checkpointer.verify"):
                 continue  # some rank's copy is bad: try the next older common generation
             error = None
             try:
-                load_npz(os.path.join(directory, fname), trainer)  # no pickle: mnframe.utils.safe_npz
+                load_npz(os.path.join(directory, fname), trainer)  # no pickle: mnframe._internal.npz_read
             except Exception as e:  # share it, so no rank runs on alone
                 error = f"loading {fname} failed: {type(e).__name__}: {e}"
-            collectives.share_verdict(self.comm, error, "checkpointer.load")
+            host_collectives.share_verdict(self.comm, error, "checkpointer.load")
             loaded = it
             break
         if loaded is not None and optimizer is not None:
@@ -232,7 +232,7 @@ class MultiNodeCheckpointer(extension.Extension):
 
     def _common_iterations(self, iterations):
         """Sorted iterations present on every rank (one allgather)."""
-        lists = collectives.allgather_obj(self.comm, sorted(set(iterations)), name="checkpointer.sync_files")
+        lists = host_collectives.allgather_obj(self.comm, sorted(set(iterations)), name="checkpointer.sync_files")
         common = set(lists[0])
         for other in lists[1:]:
             common &= set(other)

@@ -16,7 +16,7 @@ import os
 
 from chainer.training import extension
 
-from mnframe.utils.fs import atomic_write_text
+from mnframe.runtime.fs import atomic_write_text
 
 FIRST = ("epoch", "iteration")
 

@@ -5,7 +5,7 @@ update, where ``t`` is the number of updates made (or the epochs, fractional,
 with ``unit='epoch'``). The value depends only on ``t`` and ``init``, and
 ``init`` is saved with the trainer, so a resumed run continues the same curve.
 The factors are plain functions here, shared by the config kinds in
-``mnframe.config.schedules``.
+``mnframe.config.schema_schedules``.
 """
 
 from __future__ import annotations

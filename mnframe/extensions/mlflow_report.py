@@ -28,7 +28,7 @@ from typing import Any, Dict, Iterator, Tuple
 
 from chainer.training import extension
 
-from mnframe.utils.fs import atomic_write_text
+from mnframe.runtime.fs import atomic_write_text
 
 STATE_FILE = "mlflow_run.json"
 NOT_METRICS = ("epoch", "iteration")

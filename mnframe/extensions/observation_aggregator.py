@@ -14,7 +14,7 @@ from chainer import backend
 from chainer.training import extension
 from chainer.training import util as training_util
 
-from mnframe.utils import collectives
+from mnframe.communicators import host_collectives
 
 __all__ = ["ObservationAggregator", "average_2d"]
 
@@ -71,7 +71,7 @@ class ObservationAggregator(extension.Extension):
             self.observation_history.append(_to_host(trainer.observation[self.original_key]))
         if not self.comm_trigger(trainer):
             return None
-        histories = collectives.allgather_obj(self.comm, self.observation_history, name="observation_aggregator")
+        histories = host_collectives.allgather_obj(self.comm, self.observation_history, name="observation_aggregator")
         self.observation_history = []
         return self.aggregator(histories)
 

@@ -13,9 +13,9 @@ caller's object is not modified). Once the mnframe runtime is active, a
 SIGTERM/SIGUSR1 makes the masters write a snapshot at the end of that
 iteration and the trainer stop (status 0), as with mnframe's checkpoints.
 
-Files are data only: the copy writes with ``mnframe.utils.npz.save_npz`` (no pickle,
+Files are data only: the copy writes with ``mnframe._internal.npz_write.save_npz`` (no pickle,
 when the snapshot used Chainer's default ``save_npz``) and autoloads through
-``mnframe.utils.safe_npz`` (Chainer's own autoload allows pickles).
+``mnframe._internal.npz_read`` (Chainer's own autoload allows pickles).
 """
 
 import copy
@@ -26,11 +26,11 @@ import sys
 from chainer.serializers import npz as chainer_npz
 from chainer.training import extension
 
-from mnframe._mpi_comm import mpi_comm_of
+from mnframe._internal.npz_read import load_npz
+from mnframe._internal.npz_write import save_npz
+from mnframe.communicators import host_collectives
 from mnframe.runtime import activation, preemption
-from mnframe.utils import collectives
-from mnframe.utils.npz import save_npz
-from mnframe.utils.safe_npz import load_npz
+from mnframe.runtime.mpi_comm import mpi_comm_of
 
 __all__ = ["multi_node_snapshot", "parse_replica_sets"]
 
@@ -71,7 +71,7 @@ def parse_replica_sets(replica_sets, size):
 
 
 def _initialize_safely(snapshot, trainer):
-    """``snapshot.initialize(trainer)`` with its autoload done by ``safe_npz.load_npz``."""
+    """``snapshot.initialize(trainer)`` with its autoload done by ``npz_read.load_npz``."""
     if not getattr(snapshot, "autoload", False) or not isinstance(snapshot.filename, str):
         snapshot.initialize(trainer)
         return
@@ -135,11 +135,11 @@ class MultiNodeSnapshot(extension.Extension):
                 error = f"{type(e).__name__}: {e}"
             # The members wait for the master: tell them about a failure too.
             for r in sorted(self.replica_set - {self.rank}):
-                collectives.send_obj(self.comm, (error, data), r, name="snapshot.share_loaded")
+                host_collectives.send_obj(self.comm, (error, data), r, name="snapshot.share_loaded")
             if error is not None:
                 raise RuntimeError(f"multi_node_snapshot: rank {self.rank} could not autoload its snapshot: {error}")
         else:
-            error, data = collectives.recv_obj(self.comm, self.master, name="snapshot.share_loaded")
+            error, data = host_collectives.recv_obj(self.comm, self.master, name="snapshot.share_loaded")
             if error is not None:
                 raise RuntimeError(
                     f"multi_node_snapshot: master rank {self.master} of this "

@@ -1,6 +1,6 @@
 """Differentiable communication functions for model parallelism."""
 
-from mnframe._lazy import lazy_exports
+from mnframe._internal.lazy import lazy_exports
 
-# the names: mnframe._chainermn_paths, row "functions"; the function that is also a module path is bound now
+# the names: mnframe._internal.chainermn_paths, row "functions"; the function that is also a module path is bound now
 __getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -12,9 +12,9 @@ returns mnframe's statistics exchange for that backend (``_MpiExchange``,
 import numpy
 from chainer import backend
 
-from mnframe._mpi_comm import mpi_comm_of
+from mnframe.communicators import host_collectives
 from mnframe.runtime import oplog
-from mnframe.utils import collectives
+from mnframe.runtime.mpi_comm import mpi_comm_of
 
 _NAMES = ("mpi", "nccl", "auto")
 
@@ -61,12 +61,12 @@ class _MpiExchange:
 
     def allgather(self, xp, array):
         host = backend.CpuDevice().send(array)
-        out = collectives.allgather_array(self.comm, host, name="mnbn.allgather_stats")
+        out = host_collectives.allgather_array(self.comm, host, name="mnbn.allgather_stats")
         return _to_xp(xp, out)
 
     def allreduce_sum(self, xp, array):
         host = backend.CpuDevice().send(array)
-        out = collectives.allreduce_sum(self.comm, host, name="mnbn.allreduce_grad_stats")
+        out = host_collectives.allreduce_sum(self.comm, host, name="mnbn.allreduce_grad_stats")
         return _to_xp(xp, out)
 
 

@@ -1,5 +1,5 @@
 """Iterators that share or synchronise batches across ranks."""
 
-from mnframe._lazy import lazy_exports
+from mnframe._internal.lazy import lazy_exports
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__)  # the names: mnframe._chainermn_paths, row "iterators"
+__getattr__, __dir__, __all__ = lazy_exports(__name__)  # the names: mnframe._internal.chainermn_paths, row "iterators"

@@ -1,7 +1,7 @@
 """ChainerMN's control-message codec of its multi-node iterator (``_build_ctrl_msg``/``_parse_ctrl_msg``).
 
 Kept for code that imports them from ``chainermn.iterators.multi_node_iterator``
-(ChainerMN's tests do; ``mnframe._chainermn_paths`` serves them there).
+(ChainerMN's tests do; ``mnframe._internal.chainermn_paths`` serves them there).
 mnframe's multi-node iterator does not use them: it broadcasts one pickled
 ``(kind, batch, state)`` message per batch (see multi_node.py).
 """

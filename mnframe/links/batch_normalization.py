@@ -31,9 +31,9 @@ from chainer import backend, configuration, function_node
 from chainer.links import BatchNormalization
 from chainer.utils import argument
 
-from mnframe._mpi_comm import mpi_comm_of
+from mnframe.communicators import host_collectives
 from mnframe.functions.batch_normalization import _MpiExchange, _NcclExchange
-from mnframe.utils import collectives
+from mnframe.runtime.mpi_comm import mpi_comm_of
 
 __all__ = ["MultiNodeBatchNormalization"]
 
@@ -50,7 +50,7 @@ def _choose_mpi(comm, _x):
 
 def _choose_nccl(comm, _x):
     reason = _NcclExchange.unavailable_reason()
-    collectives.share_verdict(  # the same error on every rank, none left in a collective
+    host_collectives.share_verdict(  # the same error on every rank, none left in a collective
         comm,
         None
         if reason is None
@@ -77,7 +77,7 @@ def _choose_auto(comm, x):
     if reason is None:
         reason = _NcclExchange.unavailable_reason()
     gpu = _gpu_of(x) if reason is None else None
-    use_nccl, why = _auto_choice(collectives.allgather_obj(comm, (reason, gpu), name="mnbn.choose_backend"))
+    use_nccl, why = _auto_choice(host_collectives.allgather_obj(comm, (reason, gpu), name="mnbn.choose_backend"))
     chosen = _NcclExchange(comm) if use_nccl else _MpiExchange(comm)
     _log_choice(comm, chosen.name, why or "CuPy inputs, NCCL on every rank, one GPU per rank")
     return chosen

@@ -21,7 +21,7 @@ Its NCCL group is destroyed by ``close()``: called by the optimizer's
 
 import numpy as np
 
-from mnframe.communicators import config, packing
+from mnframe.communicators import options, packing
 from mnframe.communicators.device_packing import DevicePacker
 from mnframe.communicators.nccl_ops import NcclGroup
 from mnframe.communicators.reducer_base import Buffer
@@ -55,7 +55,7 @@ class StreamStaleAverager:
         comm = self.communicator
         params, sig = packing.describe(target, zero_fill=True)
         wire = comm.get_config("allreduce_grad_dtype")
-        if wire == config.WIRE_AUTO:  # its buffers hold one step's wire for the next: no per-call choice
+        if wire == options.WIRE_AUTO:  # its buffers hold one step's wire for the next: no per-call choice
             wire = np.dtype(np.float16)
         key = packing.signature_key(sig, wire)
         comm._agree_on_params(sig, "double_buffering", key)

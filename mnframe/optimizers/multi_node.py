@@ -38,10 +38,10 @@ With ``double_buffering=True`` see :mod:`mnframe.optimizers.double_buffering`
 import chainer
 import numpy as np
 
-from mnframe._import_path import resolve
+from mnframe._internal.import_path import resolve
+from mnframe.communicators import host_collectives
 from mnframe.communicators.powersgd import STATE_KEY as POWERSGD_KEY  # per rank (checkpoint/trainer_io.py)
 from mnframe.optimizers.double_buffering import StaleGradientAverager
-from mnframe.utils import collectives
 
 # a communicator's ``double_buffering`` attribute -> the averager that overlaps its exchange
 AVERAGERS = {
@@ -215,7 +215,7 @@ class _MultiNodeOptimizer:
         """
         done = self._update_layout is _LOADED
         if getattr(self.communicator, "size", 1) > 1:
-            done = collectives.all_agree(self.communicator, done, name="multi_node_optimizer.resume")
+            done = host_collectives.all_agree(self.communicator, done, name="multi_node_optimizer.resume")
         self._update_layout = _layout(target) if done else None
         if done:  # every rank loaded the state of a run whose ranks agreed: nothing to broadcast
             self._synced_layout = self._update_layout

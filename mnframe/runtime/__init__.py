@@ -3,4 +3,4 @@ collective deadlines (``watchdog``), the per-rank operation log (``oplog``) and
 its cross-rank check (``debug``), graceful preemption (``preemption``), BLAS
 thread pools per rank (``threads``), what creating a communicator switches on
 (``activation``), and the errors and exit statuses (``errors``). The training
-device is chosen by ``mnframe.builder.device``."""
+device is chosen by ``mnframe.builder.placement``."""

@@ -12,8 +12,8 @@ rank: the watchdog's start is collective).
 import os
 import sys
 
-from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import guard, settings, watchdog
+from mnframe.runtime.mpi_comm import mpi_comm_of
 
 ENV_NO_GUARD = "MNFRAME_NO_GUARD"
 ENV_DEBUG = "MNFRAME_DEBUG_COLLECTIVES"
@@ -56,9 +56,9 @@ def on_communicator_created(comm):
     guard.install()
     watchdog.start(mpi_comm)
     if settings.get(ENV_DEBUG):
-        from mnframe.runtime import debug
+        from mnframe.runtime import collective_check
 
-        debug.enable(mpi_comm)
+        collective_check.enable(mpi_comm)
 
 
 def _safe_env():

@@ -31,7 +31,7 @@ class MnframeRuntimeError(RuntimeError):
 
 def agreed(exc):
     """Mark ``exc`` as raised on every rank, with the same message, after the ranks shared
-    their verdict (``utils.collectives.share_verdict``, or an every-rank end such as
+    their verdict (``communicators.host_collectives.share_verdict``, or an every-rank end such as
     ``EveryRankError``): the guard then waits for the others as long as a collective
     would (``guard.agree_timeout``) before it gives up on them. Returns ``exc``."""
     exc.agreed = True

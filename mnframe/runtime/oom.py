@@ -52,7 +52,7 @@ def model_keys(config: Optional[Dict[str, Any]] = None) -> str:
 
 def size_of(exc: BaseException) -> str:
     """'373.0 GiB (shape (100000000000,), float32)' from NumPy's error, or 'size unknown'."""
-    from mnframe.utils.sizes import human_bytes
+    from mnframe.runtime.sizes import human_bytes
 
     total = getattr(exc, "_total_size", None)  # numpy's _ArrayMemoryError
     if total is None:

@@ -27,8 +27,8 @@ import time
 
 import numpy
 
-from mnframe._mpi_comm import mpi_comm_of
 from mnframe.runtime import oplog
+from mnframe.runtime.mpi_comm import mpi_comm_of
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 

@@ -390,7 +390,7 @@ def write_record(summary, rank):
     path = os.path.join(report_dir(), f"{RECORD_PREFIX}{rank}.json")
     try:
         os.makedirs(report_dir(), exist_ok=True)
-        from mnframe.utils.fs import atomic_write_text
+        from mnframe.runtime.fs import atomic_write_text
 
         atomic_write_text(path, json.dumps(record, indent=1, default=str), fsync=False)
     except Exception as exc:  # reporting must never prevent the abort

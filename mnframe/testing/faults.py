@@ -21,7 +21,7 @@ def full_disk(f, arrays, compression=True):
 
 
 writer.write_npz = full_disk
-from mnframe.cli import main
+from mnframe.commands.cli import main
 
 main(sys.argv[1:])
 """

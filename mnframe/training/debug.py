@@ -14,7 +14,7 @@ import logging
 import os
 from typing import Dict, List
 
-from mnframe.training.updater import PHASES, PhaseTimer
+from mnframe.training.micro_batch import PHASES, PhaseTimer
 
 log = logging.getLogger("mnframe.debug")
 
@@ -69,7 +69,7 @@ def slowest_rank(rows: List[Dict[str, float]]) -> int:
 
 def report_profile(timer: PhaseTimer, world, run_dir: str) -> List[Dict[str, float]]:
     """Gather every rank's breakdown (collective); rank 0 prints it and writes profile.json."""
-    from mnframe.utils.collectives import allgather_obj
+    from mnframe.communicators.host_collectives import allgather_obj
 
     rows = allgather_obj(world, profile_rows(timer), name="debug.profile")
     if world.rank == 0:

@@ -17,7 +17,7 @@ import pickle
 import numpy as np
 from chainer.datasets import TupleDataset
 
-from mnframe.utils.npz import load_arrays
+from mnframe._internal.npz_read import load_arrays
 
 N_CLASS = 10
 SYNTHETIC_SEED = 0

@@ -22,8 +22,8 @@ import os
 import numpy as np
 from chainer.datasets import TupleDataset
 
+from mnframe._internal.npz_read import load_arrays
 from mnframe.recipes import blame
-from mnframe.utils.npz import load_arrays
 
 DIGITS_N_TEST = 297  # 1797 = 1500 train + 297 test
 DIGITS_SPLIT_SEED = 0

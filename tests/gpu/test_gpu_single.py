@@ -233,8 +233,8 @@ def test_cuda_aware_detection_decides_the_flat_path(cupy):
     (and then a device-buffer round trip through MPI must arrive intact), else a host copy."""
     from mpi4py import MPI
 
+    from mnframe.commands.doctor import _device_round_trip
     from mnframe.communicators import cuda_aware, device_reducers
-    from mnframe.doctor import _device_round_trip
 
     aware, how = cuda_aware.detect()
     if cuda_aware.from_env() is None:
@@ -302,7 +302,7 @@ def test_nccl_group_refuses_integers_and_closes_once(cupy, group):
 
 def test_runner_device_and_cupy_seed(cupy):
     from mnframe import pipeline
-    from mnframe.builder.device import select_device
+    from mnframe.builder.placement import select_device
 
     comm = chainermn.create_communicator("non_cuda_aware")
     device = select_device("gpu", comm)

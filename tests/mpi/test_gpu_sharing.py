@@ -15,7 +15,7 @@ import pytest
 
 import mnframe as chainermn
 from mnframe import cuda_env
-from mnframe.builder import device
+from mnframe.builder import placement
 from mnframe.links import batch_normalization as bn
 from mnframe.runtime.errors import ConfigError
 
@@ -74,7 +74,7 @@ def test_default_without_nccl_or_cuda(monkeypatch):
 def test_device_plan_shares_gpus_with_host_staging(monkeypatch):
     fake_cuda(monkeypatch, 1)
     comm = chainermn.create_communicator("non_cuda_aware")
-    gpu, line = device.gpu_plan(comm, 1)
+    gpu, line = placement.gpu_plan(comm, 1)
     assert gpu == 0
     if comm.size == 1:
         assert "one GPU per rank" in line
@@ -87,10 +87,10 @@ def test_device_plan_refuses_nccl_on_a_shared_gpu(monkeypatch):
     fake_cuda(monkeypatch, 1)
     comm = chainermn.create_communicator("pure_nccl")
     if comm.size == 1:
-        assert device.gpu_plan(comm, 1)[0] == 0
+        assert placement.gpu_plan(comm, 1)[0] == 0
     else:
         with pytest.raises(ConfigError) as info:  # on every rank, the same message
-            device.gpu_plan(comm, 1)
+            placement.gpu_plan(comm, 1)
         text = str(info.value)
         assert "communicator=non_cuda_aware" in text and f"ranks {list(range(comm.size))} on GPU 0" in text
     comm.finalize()
@@ -100,7 +100,7 @@ def test_device_plan_one_gpu_per_rank(monkeypatch):
     size = world_size()
     fake_cuda(monkeypatch, size)
     comm = chainermn.create_communicator("pure_nccl")
-    gpu, line = device.gpu_plan(comm, size)
+    gpu, line = placement.gpu_plan(comm, size)
     assert gpu == comm.intra_rank == comm.rank
     assert "one GPU per rank" in line
     comm.finalize()
@@ -114,14 +114,14 @@ def test_device_plan_fake_nodes_of_one_rank_share_one_gpu(monkeypatch):
     for name in ("two_dimensional", "hierarchical"):
         comm = chainermn.create_communicator(name)
         assert comm.inter_size == comm.size and comm.intra_rank == 0
-        gpu, _ = device.gpu_plan(comm, 1)
+        gpu, _ = placement.gpu_plan(comm, 1)
         assert gpu == 0
         comm.finalize()
     monkeypatch.delenv("MNFRAME_FAKE_NODE_SIZE")
     comm = chainermn.create_communicator("two_dimensional")
     if comm.size > 1:  # one real node: its NCCL group would hold every rank, all on GPU 0
         with pytest.raises(ConfigError):
-            device.gpu_plan(comm, 1)
+            placement.gpu_plan(comm, 1)
     comm.finalize()
 
 

@@ -33,7 +33,7 @@ def test_every_recipe_is_in_the_table():
 
 @pytest.mark.parametrize("recipe,loader", CASES)
 def test_recipe_runs_to_its_end_and_writes_its_model(mpi_comm, recipe, loader):
-    from mnframe import cli
+    from mnframe.commands import cli
 
     path = tempfile.mkdtemp(prefix=f"mnframe-{recipe}-") if mpi_comm.rank == 0 else None
     run_dir = Path(mpi_comm.bcast(path, root=0)) / "run"

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from mnframe.runtime import debug, oplog, preemption
+from mnframe.runtime import collective_check, oplog, preemption
 from mnframe.runtime.errors import CheckpointError, CollectiveMismatch
 
 MPI_SIZES = (1, 2, 3)
@@ -105,7 +105,7 @@ class _Rec:
 
 
 def test_debug_matcher_names_first_divergence(comm):
-    matcher = debug.CollectiveMatcher(comm.mpi_comm)
+    matcher = collective_check.CollectiveMatcher(comm.mpi_comm)
     matcher(_Rec("allreduce"))
     matcher(_Rec("send"))  # point-to-point: not compared (and issues no collective)
     last = comm.size - 1

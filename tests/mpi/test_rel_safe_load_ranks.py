@@ -48,9 +48,9 @@ def _trainer(out, stop):
 
 
 def test_entry_planted_in_the_last_ranks_file_is_refused_everywhere(mpi_comm, shared_dir):
+    from mnframe._internal.npz_read import UnsafeFile
     from mnframe.checkpoint.attach import attach
     from mnframe.checkpoint.manifest import sha256_file
-    from mnframe.utils.safe_npz import UnsafeFile
 
     rank, size = mpi_comm.rank, mpi_comm.size
     trainer = _trainer(shared_dir, 2)

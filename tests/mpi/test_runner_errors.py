@@ -7,8 +7,8 @@ MPI_TIMEOUT = 60
 
 
 def test_config_error_is_raised_on_every_rank(mpi_comm, tmp_path):
-    from mnframe import cli
-    from mnframe.config.errors import ConfigError
+    from mnframe.commands import cli
+    from mnframe.config.issues import ConfigError
 
     bad = ["dataset.batch_size=-1", "optimizer.alpha=fast"]
     with pytest.raises(ConfigError) as info:

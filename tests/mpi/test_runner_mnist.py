@@ -17,7 +17,7 @@ def run_dir(mpi_comm):
 
 
 def _train(*overrides):
-    from mnframe import cli
+    from mnframe.commands import cli
 
     cli.train(["recipe=mnist", "extensions=minimal", "model.n_units=16", "dataset.batch_size=20", *overrides])
 

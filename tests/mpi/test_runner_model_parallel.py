@@ -14,7 +14,7 @@ ITERATIONS = 30
 
 
 def test_model_parallel_recipe_trains(mpi_comm):
-    from mnframe import cli
+    from mnframe.commands import cli
 
     path = tempfile.mkdtemp(prefix="mnframe-mp-") if mpi_comm.rank == 0 else None
     run_dir = Path(mpi_comm.bcast(path, root=0)) / "run"

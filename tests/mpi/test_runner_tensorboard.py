@@ -12,7 +12,7 @@ MPI_TIMEOUT = 150
 
 
 def test_tensorboard_logger_writes_the_log_report_from_rank_0(mpi_comm):
-    from mnframe import cli
+    from mnframe.commands import cli
 
     path = tempfile.mkdtemp(prefix="mnframe-tb-") if mpi_comm.rank == 0 else None
     run_dir = Path(mpi_comm.bcast(path, root=0)) / "run"

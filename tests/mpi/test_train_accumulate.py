@@ -17,7 +17,7 @@ def _dir(mpi_comm, name):
 
 
 def _train(run_dir, *overrides):
-    from mnframe import cli
+    from mnframe.commands import cli
 
     cli.train(
         [

@@ -22,7 +22,7 @@ def _dir(mpi_comm, name):
 
 
 def _train(*overrides):
-    from mnframe import cli
+    from mnframe.commands import cli
 
     cli.train([*SMALL, *overrides])
 
@@ -41,7 +41,7 @@ def test_debug_profile_breaks_down_every_rank_and_names_the_slowest(mpi_comm):
     from mnframe.builder.validate import validate
     from mnframe.config import compose as C
     from mnframe.training.debug import report_profile
-    from mnframe.training.updater import PHASES
+    from mnframe.training.micro_batch import PHASES
 
     run_dir = _dir(mpi_comm, "profile")
     raw = C.compose([*SMALL[1:], "debug=profile", "trainer.stop=[6,iteration]", "checkpoint.interval=100"])

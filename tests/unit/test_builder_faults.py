@@ -8,7 +8,7 @@ from mnframe.builder import instantiate as I
 from mnframe.builder.model import COMMUNICATOR_PARAMETERS, build_component
 from mnframe.builder.validate import validate
 from mnframe.config import compose as C
-from mnframe.config.errors import ConfigError
+from mnframe.config.issues import ConfigError
 from mnframe.config.schema import Component
 
 

@@ -137,7 +137,7 @@ def test_a_failed_background_save_stops_the_run_and_keeps_the_previous_checkpoin
 def test_config_accepts_async_save_and_names_a_bad_value():
     from pydantic import ValidationError
 
-    from mnframe.config.checkpoint import CheckpointConfig
+    from mnframe.config.schema_checkpoint import CheckpointConfig
 
     assert CheckpointConfig().async_save is False
     assert CheckpointConfig(async_save=True).async_save is True
@@ -171,8 +171,8 @@ def test_the_preemption_checkpoint_is_synchronous_and_commits_the_one_in_flight_
 
 @pytest.mark.slow  # a subprocess or many config compositions: the full tier
 def test_the_runner_config_takes_async_save_and_names_a_bad_value():
-    from mnframe.cli import check
-    from mnframe.config.errors import ConfigError
+    from mnframe.commands.cli import check
+    from mnframe.config.issues import ConfigError
 
     assert "config OK" in check(["checkpoint.async_save=true"], 2)
     with pytest.raises(ConfigError, match="checkpoint.async_save"):

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from mnframe.checkpoint import inspect_cli
 from mnframe.checkpoint.layout import make_layout
 from mnframe.checkpoint.manifest import Manifest
 from mnframe.checkpoint.store import CheckpointStore
+from mnframe.commands import checkpoint_inspect as inspect_cli
 
 
 def _write(payload):
@@ -134,7 +134,7 @@ def test_bad_input_is_one_line_and_exit_2(run_dir, tmp_path, capsys, args, messa
 def test_the_command_starts_no_mpi_and_exits_2_in_one_line(tmp_path):
     code = (
         "import sys\n"
-        "from mnframe.cli import main\n"
+        "from mnframe.commands.cli import main\n"
         "try:\n"
         f"    main(['checkpoint', 'list', {str(tmp_path / 'nowhere')!r}])\n"
         "except SystemExit as exc:\n"
@@ -149,8 +149,8 @@ def test_the_command_starts_no_mpi_and_exits_2_in_one_line(tmp_path):
 def test_a_world_size_the_graph_does_not_fit_names_the_layout_it_would_resume(run_dir, tmp_path):
     """The configuration error for a rank graph that does not fit also names the newest
     checkpoint's layout (issue 31: old and new layouts in one message), above the advice."""
-    from mnframe.cli import _with_resumed_layout
-    from mnframe.config.errors import ConfigIssue, ConfigIssues
+    from mnframe.commands.cli import _with_resumed_layout
+    from mnframe.config.issues import ConfigIssue, ConfigIssues
 
     assert inspect_cli.newest_layout(run_dir, {"checkpoint": {"dir": "ckpts"}}) == (
         "its newest checkpoint iter_00000004 was written by data parallel, 1 rank"

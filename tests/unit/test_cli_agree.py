@@ -3,9 +3,9 @@ different config hash becomes the same ConfigError everywhere."""
 
 import pytest
 
-from mnframe import cli
+from mnframe.commands import cli
 from mnframe.config import compose as C
-from mnframe.config.errors import ConfigError
+from mnframe.config.issues import ConfigError
 
 
 class FakeWorld:
@@ -19,10 +19,10 @@ class FakeWorld:
 
 @pytest.fixture(autouse=True)
 def two_ranks(monkeypatch):
-    """The exchanges of ``agree_on_config`` (``collectives.allgather_obj``) with the fake other rank."""
-    from mnframe.utils import collectives
+    """The exchanges of ``agree_on_config`` (``host_collectives.allgather_obj``) with the fake other rank."""
+    from mnframe.communicators import host_collectives
 
-    monkeypatch.setattr(collectives, "allgather_obj", lambda world, obj, name: [obj, world.other[name]])
+    monkeypatch.setattr(host_collectives, "allgather_obj", lambda world, obj, name: [obj, world.other[name]])
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from mnframe import doctor
+from mnframe.commands import doctor
 
 
 class FakeComm:

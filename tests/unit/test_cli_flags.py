@@ -1,9 +1,9 @@
-"""``mnframe.cli.flags_problem`` (issue 38 item 8): the runner's own flags and ``tune=optuna``
+"""``mnframe.commands.cli.flags_problem`` (issue 38 item 8): the runner's own flags and ``tune=optuna``
 are refused in one line where they would be ignored or misreported."""
 
 import pytest
 
-from mnframe import cli
+from mnframe.commands import cli
 
 
 def problem(*argv):
@@ -48,7 +48,7 @@ def test_hydra_optuna_sweeper_without_tune_points_to_tune_optuna():
 
 
 def test_sqlalchemy_2_with_optuna_2_is_named_as_an_environment_problem():
-    from mnframe import tune
+    from mnframe.commands import tune
 
     versions = {"optuna": "2.10.1", "sqlalchemy": "2.0.30"}
     text = tune.environment_problem(versions.__getitem__)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from mnframe.cli import command_list, unknown_command
+from mnframe.commands.cli import command_list, unknown_command
 
 # what each command's line must hold, in the order --help lists them
 COMMANDS = [

@@ -5,7 +5,6 @@ import importlib
 import pytest
 
 from mnframe.communicators import cuda_aware, registry
-from mnframe.communicators.factory import _resolve
 from mnframe.optimizers import multi_node
 
 
@@ -19,7 +18,7 @@ def _load(target):
 @pytest.mark.parametrize("name", list(registry.COMMUNICATORS))
 def test_every_name_has_a_gpu_strategy_and_cpu_ones_a_cpu_strategy(name):
     info = registry.COMMUNICATORS[name]
-    cls = _resolve(info.class_path)
+    cls = info.cls
     assert "cupy" in cls.grad_devices(), f"{name} must average CuPy gradients (ChainerMN API reference: GPU OK)"
     assert ("numpy" in cls.grad_devices()) == info.cpu_ok
     for target in cls.reducers.values():
@@ -29,7 +28,7 @@ def test_every_name_has_a_gpu_strategy_and_cpu_ones_a_cpu_strategy(name):
 
 
 def test_pure_nccl_double_buffers_on_a_cuda_stream():
-    cls = _resolve(registry.COMMUNICATORS["pure_nccl"].class_path)
+    cls = registry.COMMUNICATORS["pure_nccl"].cls
     assert cls.double_buffering == "nccl"
 
 

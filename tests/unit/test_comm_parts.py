@@ -5,7 +5,7 @@ import chainer.links as L
 import numpy as np
 import pytest
 
-from mnframe.communicators import config, host_kernels, packing
+from mnframe.communicators import host_kernels, options, packing
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
@@ -87,16 +87,16 @@ def test_signature_tracks_missing_grads_and_zero_fill():
 
 
 def test_config_table():
-    assert config.defaults() == {
+    assert options.defaults() == {
         "batched_copy": False,
         "allreduce_grad_dtype": None,
         "compression": None,  # PowerSGD (docs/powersgd.md)
         "powersgd_rank": 4,
         "powersgd_start_iter": 10,
     }
-    assert config.check("allreduce_grad_dtype", "float16") == np.float16
+    assert options.check("allreduce_grad_dtype", "float16") == np.float16
     with pytest.raises(ValueError, match="unknown communicator config 'nope'; known: allreduce_grad_dtype"):
-        config.check("nope", 1)
+        options.check("nope", 1)
     with pytest.raises(KeyError) as info:  # ChainerMN's get_config raises KeyError, its set_config ValueError
-        config.check("nope", 1)
+        options.check("nope", 1)
     assert isinstance(info.value, ValueError) and str(info.value).startswith("unknown communicator config 'nope'")

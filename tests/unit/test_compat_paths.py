@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mnframe import _chainermn_paths as paths
+from mnframe._internal import chainermn_paths as paths
 
 NCCL_MODULE = "chainermn.nccl"
 
@@ -145,7 +145,7 @@ def test_reexports_are_mnframe_objects():
     assert create_multi_node_iterator is multi_node.create_multi_node_iterator
 
 
-# -- the one table of paths (mnframe/_chainermn_paths.py) and the modules made from its rows
+# -- the one table of paths (mnframe/_internal/chainermn_paths.py) and the modules made from its rows
 
 MNFRAME_ROOT = Path(__file__).resolve().parents[2] / "mnframe"
 
@@ -161,7 +161,7 @@ def _file_of(path):
 
 def test_the_table_lists_every_peer_path():
     missing = [p for p in PEER_MODULES if paths.relative(p, "chainermn") not in paths.PATHS]
-    assert not missing, f"add these ChainerMN paths to mnframe/_chainermn_paths.py: {missing}"
+    assert not missing, f"add these ChainerMN paths to mnframe/_internal/chainermn_paths.py: {missing}"
 
 
 def test_a_row_of_names_has_no_file_and_an_own_path_has_one():
@@ -193,12 +193,14 @@ def test_no_module_holds_only_a_reexport():
         for f in sorted(MNFRAME_ROOT.rglob("*.py"))
         if f.name != "__init__.py" and _only_reexports(ast.parse(f.read_text()))
     ]
-    assert not offenders, f"modules that only re-export (make them a row of mnframe/_chainermn_paths.py): {offenders}"
+    assert not offenders, (
+        f"modules that only re-export (make them a row of mnframe/_internal/chainermn_paths.py): {offenders}"
+    )
 
 
 @pytest.mark.parametrize("path", sorted(paths.PATHS))
 def test_every_table_path_imports_with_its_row(path):
-    from mnframe._import_path import resolve
+    from mnframe._internal.import_path import resolve
 
     name = "mnframe" + (f".{path}" if path else "")
     module = importlib.import_module(name)

@@ -4,7 +4,7 @@ import pytest
 
 from mnframe.builder.validate import validate
 from mnframe.config import compose as C
-from mnframe.config.errors import ConfigError
+from mnframe.config.issues import ConfigError
 from mnframe.config.schema import ModelParallelTopology, RunConfig
 
 RECIPES = sorted(C.find_recipes())
@@ -156,7 +156,7 @@ def test_lr_is_an_alias_of_adams_alpha(name):
 def test_chainer_adam_builds_chainers_own_class():
     import chainer
 
-    from mnframe._import_path import resolve as import_target
+    from mnframe._internal.import_path import resolve as import_target
     from mnframe.builder.optimizer import OPTIMIZERS
 
     assert import_target(OPTIMIZERS["chainer_adam"]) is chainer.optimizers.Adam

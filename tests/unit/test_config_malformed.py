@@ -5,10 +5,10 @@ import copy
 
 import pytest
 
-from mnframe import cli
 from mnframe.builder.validate import validate
+from mnframe.commands import cli
 from mnframe.config import compose as C
-from mnframe.config.errors import ConfigError
+from mnframe.config.issues import ConfigError
 
 # (command-line overrides, world size, text the message must contain)
 OVERRIDES = [

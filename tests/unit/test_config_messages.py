@@ -4,10 +4,10 @@ reported together. Through compose + validate, as ``--check`` runs them."""
 
 import pytest
 
-from mnframe import cli
 from mnframe.builder.validate import validate
+from mnframe.commands import cli
 from mnframe.config import compose as C
-from mnframe.config.errors import ConfigError
+from mnframe.config.issues import ConfigError
 
 
 def refused(*overrides, world=1, config_dirs=()):
@@ -213,7 +213,7 @@ def test_a_yaml_syntax_error_in_a_recipe_names_file_line_and_column(tmp_path):
 
 
 def test_a_target_that_does_not_import_under_evaluate_names_the_directory_and_pythonpath(monkeypatch, tmp_path):
-    from mnframe.trained import with_import_hint
+    from mnframe.commands.trained import with_import_hint
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", "/somewhere")

@@ -8,9 +8,9 @@ import pytest
 
 from mnframe.builder.validate import validate
 from mnframe.config import compose as C
-from mnframe.config.errors import ConfigError
-from mnframe.config.extensions import Extension, ExtensionBase, extension_kinds
-from mnframe.config.schedules import LrSchedule
+from mnframe.config.issues import ConfigError
+from mnframe.config.schema_extensions import Extension, ExtensionBase, extension_kinds
+from mnframe.config.schema_schedules import LrSchedule
 
 
 def test_every_extension_kind_is_a_model_that_builds_itself():

@@ -22,8 +22,9 @@ import numpy as np
 import pytest
 
 import mnframe as chainermn
-from mnframe import cuda_env, doctor
+from mnframe import cuda_env
 from mnframe.checkpoint import rng
+from mnframe.commands import doctor
 from mnframe.communicators import nccl_ops
 
 
@@ -284,7 +285,7 @@ def test_mnbn_group_closed_by_link_and_communicator():
 
 @pytest.mark.parametrize("name", ["two_dimensional", "flat", "naive", "hierarchical"])
 def test_runner_accepts_double_buffering_with_every_cpu_communicator(name):
-    from mnframe import cli
+    from mnframe.commands import cli
 
     text = cli.check([f"communicator={name}", "optimizer.double_buffering=true"], 2, has_cuda=False)
     assert "double_buffering" in text or text
@@ -295,7 +296,7 @@ def test_gpu_check_training_overrides_validate():
     import re
     from pathlib import Path
 
-    from mnframe import cli
+    from mnframe.commands import cli
 
     script = (Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.sh").read_text()
     words = re.search(r'^RESNET_ARGS="([^"]+)"', script, re.M).group(1).split()

@@ -7,16 +7,14 @@ this test). The nodes:
 
 * ``mnframe``: the package's ``__init__`` (the ChainerMN face);
 * each subpackage as one node (``mnframe.config``, ``mnframe.builder``, ``mnframe.runtime``, ...);
-* each top-level module as its own node (``mnframe.cli``, ``mnframe.pipeline``,
-  ``mnframe._import_path``, ...): a one-file package, placed in the layering like any other;
-* ``mnframe.utils`` is a folder of independent helpers at different heights (``fs`` and
-  ``sizes`` import nothing of mnframe, ``collectives`` sits on ``communicators``), so
-  each of its modules is its own node.
+* each module directly in ``mnframe/`` as its own node (``mnframe.pipeline``, ``mnframe.cuda_env``,
+  ...): a one-file package, placed in the layering like any other (docs/architecture.md, "Layers";
+  tests/unit/test_architecture_doc.py checks the layers against this graph).
 
 An edge A -> B is an import in A of a module of B (``from P import name`` counts as an
 import of ``P.name`` when that is a module, else of ``P``). Importing a module also runs
 its parent packages' ``__init__``; that is not counted as an edge. The lazy name tables
-(``mnframe/__init__.py``'s ``_EXPORTS``, ``mnframe._lazy``) are strings, not imports:
+(``mnframe/__init__.py``'s ``_EXPORTS``, ``mnframe._internal.lazy``) are strings, not imports:
 the ChainerMN face resolves names on first use by design.
 """
 
@@ -27,8 +25,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "mnframe"
 
-# Packages whose modules are nodes of their own (see the module docstring).
-SPLIT = {"mnframe.utils"}
+# Packages whose modules are nodes of their own (none since utils/ was split by layer).
+SPLIT = set()
 
 # Cycles between modules of one package that remain (the package-level graph has none). The
 # last one (guard <-> watchdog) went when the deadline moved into runtime/deadline.py.
@@ -180,11 +178,6 @@ def test_no_cycle_between_modules_beyond_the_known_ones():
 def test_config_imports_no_builder_and_the_ground_floor_nothing_above_it():
     packages = package_graph(module_graph())
     assert "mnframe.builder" not in packages.get("mnframe.config", {})
-    for ground in ("mnframe._import_path", "mnframe._targets", "mnframe._config_issue"):
-        above = set(packages.get(ground, {})) - {
-            "mnframe._import_path",
-            "mnframe._config_issue",
-            "mnframe.dependencies",
-            "mnframe.runtime",
-        }
-        assert not above, f"{ground} imports {sorted(above)}"
+    assert not packages.get("mnframe.runtime"), f"runtime imports {sorted(packages['mnframe.runtime'])}"
+    above = set(packages.get("mnframe._internal", {})) - {"mnframe.dependencies", "mnframe.runtime"}
+    assert not above, f"mnframe._internal imports {sorted(above)}"

@@ -1,8 +1,8 @@
-"""The one import-path resolver (mnframe._import_path): both spellings, and the validator's messages."""
+"""The one import-path resolver (mnframe._internal.import_path): both spellings, and the validator's messages."""
 
 import pytest
 
-from mnframe._import_path import locate, resolve
+from mnframe._internal.import_path import locate, resolve
 
 
 @pytest.mark.parametrize("path", ["mnframe.recipes.mnist.model:MLP", "mnframe.recipes.mnist.model.MLP"])
@@ -39,10 +39,10 @@ def test_locate_says_what_is_wrong(path, problem, hint):
 
 
 def test_the_validator_and_the_builders_use_it():
-    from mnframe import _targets
-    from mnframe._targets import check_target
+    from mnframe._internal import targets
+    from mnframe._internal.targets import check_target
 
-    assert _targets.import_target is resolve
+    assert targets.import_target is resolve
     assert check_target("model", "mnframe.recipes.mnist.model:MLP", {"n_units": 3}) == []
     issues = check_target("model", "mnframe.recipes.mnist.model:MLP", {"n_unit": 3})
     assert [i.path for i in issues] == ["model.n_unit"] and issues[0].suggestion == "n_units"

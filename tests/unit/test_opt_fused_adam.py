@@ -4,7 +4,7 @@ import chainer
 import numpy as np
 import pytest
 
-from mnframe._import_path import resolve as import_target
+from mnframe._internal.import_path import resolve as import_target
 from mnframe.builder.optimizer import OPTIMIZERS
 from mnframe.optimizers import fused
 

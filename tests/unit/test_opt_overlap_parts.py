@@ -8,7 +8,7 @@ import pytest
 
 from mnframe.builder.validate import validate
 from mnframe.config import compose as C
-from mnframe.config.errors import ConfigError
+from mnframe.config.issues import ConfigError
 from mnframe.optimizers import early_backward
 from mnframe.optimizers.overlap import bucket_cap_bytes, plan_buckets
 

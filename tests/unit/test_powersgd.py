@@ -8,9 +8,10 @@ import pytest
 from chainer.serializers.npz import DictionarySerializer, NpzDeserializer
 
 from mnframe.builder.validate import validate
-from mnframe.communicators import config, powersgd
+from mnframe.communicators import options as config
+from mnframe.communicators import powersgd
 from mnframe.config import compose as C
-from mnframe.config.errors import ConfigError
+from mnframe.config.issues import ConfigError
 
 # the mnist recipe's MLP (1000 units) on 28x28 MNIST, Chainer's (out, in) weights
 MLP_SHAPES = [(1000, 784), (1000,), (1000, 1000), (1000,), (10, 1000), (10,)]

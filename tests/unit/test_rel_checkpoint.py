@@ -13,7 +13,7 @@ from mnframe.checkpoint.manifest import MANIFEST, Manifest
 from mnframe.checkpoint.resume import check_config
 from mnframe.checkpoint.rng import RngState
 from mnframe.checkpoint.store import CheckpointStore
-from mnframe.config.checkpoint import CheckpointConfig
+from mnframe.config.schema_checkpoint import CheckpointConfig
 from mnframe.runtime.errors import CheckpointError, ConfigError
 
 

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from mnframe.runtime import deadline, debug, guard, watchdog
+from mnframe.runtime import collective_check, deadline, guard, watchdog
 from mnframe.runtime.errors import CollectiveTimeout, ConfigError, ExitStatus
 
 
@@ -73,8 +73,8 @@ def test_timeout_report_names_ranks():
 
 
 def test_debug_point_to_point_names():
-    assert debug.is_point_to_point("send") and debug.is_point_to_point("scatter_dataset.recv_len")
-    assert not debug.is_point_to_point("allreduce") and not debug.is_point_to_point("bcast")
+    assert collective_check.is_point_to_point("send") and collective_check.is_point_to_point("scatter_dataset.recv_len")
+    assert not collective_check.is_point_to_point("allreduce") and not collective_check.is_point_to_point("bcast")
 
 
 def test_no_guard_opt_out(monkeypatch):

@@ -22,12 +22,12 @@ import pytest
 from chainer import training
 from chainer.iterators import SerialIterator
 
+from mnframe._internal.npz_read import SafeNpz, UnsafeFile
 from mnframe.checkpoint.attach import attach
 from mnframe.checkpoint.manifest import MANIFEST, sha256_file
 from mnframe.checkpoint.rng import legacy_python_state
 from mnframe.runtime import settings
 from mnframe.runtime.errors import CheckpointError, ConfigError
-from mnframe.utils.safe_npz import SafeNpz, UnsafeFile
 
 REPO = Path(__file__).resolve().parents[2]
 RNG = "extensions/mnframe_checkpoint/mnframe_rng/"
@@ -237,6 +237,29 @@ def test_zip_bomb_is_refused_from_its_declared_sizes(tmp_path):
     tracemalloc.stop()
 
 
+def test_data_and_input_files_go_through_the_bounded_reader(tmp_path):
+    """load_arrays (datasets, predict's inputs) reads through SafeNpz: the same refusals, one line
+    saying what the file should be; predict's reader is load_arrays."""
+    from mnframe._internal.npz_read import NotAnNpzFile, load_arrays
+    from mnframe.commands.predict import read_npz
+
+    good = tmp_path / "in.npz"
+    np.savez(good, x=np.arange(6, dtype=np.float32).reshape(3, 2), ids=np.array([7, 8, 9]))
+    ids, x = read_npz(str(good))
+    assert ids.tolist() == [7, 8, 9] and x.tolist() == [[0, 1], [2, 3], [4, 5]]
+    assert sorted(load_arrays(good)) == ["ids", "x"]
+    huge = tmp_path / "huge.npz"
+    with zipfile.ZipFile(huge, "w") as z:
+        z.writestr("x.npy", npy_header((10**12,)) + b"\0" * 16)
+    for reader in (lambda p: load_arrays(p, ("x",), what="data file"), lambda p: read_npz(str(p))):
+        with pytest.raises(NotAnNpzFile, match=r"entry 'x.npy' claims shape \(1000000000000,\).*expected a"):
+            reader(huge)
+    pickled = tmp_path / "obj.npz"
+    np.savez(pickled, x=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(NotAnNpzFile, match="refusing to load"):
+        read_npz(str(pickled))
+
+
 @pytest.mark.parametrize("name", ["../evil.npy", "/etc/evil.npy", "a/../../evil.npy", "C:/evil.npy"])
 def test_member_names_outside_the_archive_are_refused(tmp_path, name):
     path = tmp_path / "n.npz"
@@ -343,8 +366,8 @@ def test_key_settings_are_validated(tmp_path):
 
 
 def test_model_files_roundtrip_and_refuse_objects(tmp_path):
+    from mnframe._internal.npz_write import save_npz
     from mnframe.checkpoint.model_files import load_params, save_safetensors
-    from mnframe.utils.npz import save_npz
 
     model = L.Linear(3, 2)
     model.add_persistent("tag", "a string")

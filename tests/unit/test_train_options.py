@@ -11,7 +11,7 @@ import pytest
 from mnframe import pipeline
 from mnframe.builder.validate import validate
 from mnframe.config import compose as C
-from mnframe.config.errors import ConfigError
+from mnframe.config.issues import ConfigError
 from mnframe.extensions.lr_schedules import cosine_factor, warmup_factor
 from mnframe.runtime.errors import DependencyError
 
@@ -52,7 +52,7 @@ def test_schedule_factors():
 def test_schedules_change_alpha_where_lr_is_derived():
     import chainer
 
-    from mnframe.config.schedules import _rate_attr
+    from mnframe.config.schema_schedules import _rate_attr
 
     assert _rate_attr(None, chainer.optimizers.Adam()) == "alpha"
     assert _rate_attr(None, chainer.optimizers.MomentumSGD()) == "lr"
@@ -147,7 +147,7 @@ def test_mlflow_missing_is_an_environment_problem_naming_the_package(monkeypatch
         (("updater.accumulate=0",), "updater.accumulate", "positive integer"),
         (("updater.accumulate=many",), "updater.accumulate", "auto"),
         (
-            ("updater.accumulate=2", "updater._target_=mnframe.training.updater.PhaseTimer"),
+            ("updater.accumulate=2", "updater._target_=mnframe.training.micro_batch.PhaseTimer"),
             "updater.accumulate",
             "standard updater",
         ),

@@ -1,11 +1,11 @@
-"""mnframe.utils.fs: atomic writes publish all or nothing."""
+"""mnframe.runtime.fs: atomic writes publish all or nothing."""
 
 import os
 
 import numpy as np
 import pytest
 
-from mnframe.utils import fs
+from mnframe.runtime import fs
 
 
 def _leftovers(directory):

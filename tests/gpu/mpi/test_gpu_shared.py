@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import mnframe as chainermn
-from mnframe.builder import device
+from mnframe.builder import placement
 from mnframe.runtime.errors import ConfigError
 
 
@@ -52,10 +52,10 @@ def test_runner_device_plan(cupy):
     n = cupy.cuda.runtime.getDeviceCount()
     comm = chainermn.create_communicator("pure_nccl")
     with pytest.raises(ConfigError, match="communicator=non_cuda_aware"):
-        device.gpu_plan(comm, n)
+        placement.gpu_plan(comm, n)
     comm.finalize()
     comm = chainermn.create_communicator("non_cuda_aware")
-    assert device.gpu_plan(comm, n)[0] == 0
+    assert placement.gpu_plan(comm, n)[0] == 0
     comm.finalize()
 
 
