@@ -187,13 +187,12 @@ FAILED_FILE = "FAILED.txt"
 def record_run(run_dir: str, yaml_text: str, record: Optional[Dict[str, str]]) -> None:
     """Rank 0, once the job is accepted (config valid, checkpoint compatible):
     ``config.yaml`` and ``.hydra/`` describe the run from now on."""
-    from mnframe.utils.fs import atomic_write_text
+    from mnframe.utils.safe_paths import write_inside
 
     path = Path(run_dir)
-    atomic_write_text(path / "config.yaml", yaml_text)
+    write_inside(run_dir, path / "config.yaml", yaml_text.encode())  # never through a planted link
     for name, text in (record or {}).items():
-        (path / RECORD_DIR).mkdir(exist_ok=True)
-        atomic_write_text(path / RECORD_DIR / name, text)
+        write_inside(run_dir, path / RECORD_DIR / name, text.encode())
     (path / FAILED_FILE).unlink(missing_ok=True)
     log.info("run directory: %s", run_dir)
 

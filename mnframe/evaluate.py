@@ -21,6 +21,7 @@ import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from mnframe.runtime.errors import ConfigError
+from mnframe.utils.safe_paths import LinkRefused, open_dir, refuse_links, write_inside
 
 SPLITS = ("test", "train")
 PREFIX = "validation/"  # the metric names of training's evaluator (validation/main/accuracy, ...)
@@ -39,6 +40,25 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--split", default="test", choices=SPLITS)
     parser.add_argument("--out", default=None, metavar="DIR")
     return parser.parse_intermixed_args(list(argv))
+
+
+def check_output(world, run_dir: str, out: str) -> None:
+    """Before any work: rank 0 makes sure ``out`` can be written without following a link
+    (its directory inside ``run_dir`` created component by component, ``out`` itself not a
+    link); every rank raises the same ``LinkRefused`` (status 2) otherwise."""
+    from mnframe.communicators.verdict import first
+    from mnframe.utils.collectives import share_verdict
+
+    error = None
+    if world.rank == 0:
+        try:
+            refuse_links(run_dir, out)
+            os.close(open_dir(run_dir, os.path.dirname(out), create=True))
+        except LinkRefused as exc:
+            error = str(exc)
+        except OSError as exc:
+            error = f"cannot write {out}: {exc}"
+    share_verdict(world, error, "output", LinkRefused, first)
 
 
 def split_of(cfg, world, split: str):
@@ -108,6 +128,8 @@ def evaluate(world, args: argparse.Namespace, has_cuda: bool) -> Optional[Dict]:
     from mnframe.utils.collectives import allgather_obj
 
     run_dir = os.path.abspath(args.run_dir)
+    out = os.path.join(os.path.abspath(args.out or os.path.join(run_dir, "eval")), "metrics.json")
+    check_output(world, run_dir, out)
     trained = open_run(world, args, has_cuda, "evaluate")
     cfg, comms = trained.cfg, trained.comms
     data = split_of(cfg, comms.world, args.split)
@@ -130,13 +152,10 @@ def evaluate(world, args: argparse.Namespace, has_cuda: bool) -> Optional[Dict]:
         "overrides": list(args.overrides),
         "metrics": metrics,
     }
-    out = os.path.abspath(args.out or os.path.join(run_dir, "eval"))
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "metrics.json"), "w") as f:
-        json.dump(record, f, indent=2)
+    write_inside(run_dir, out, (json.dumps(record, indent=2) + "\n").encode())  # never through a link
     print(
         f"evaluated {run_dir} ({trained.source}) on {len(data)} {args.split} examples, "
-        f"{comms.world.size} rank(s):\n{table(metrics)}\nwritten to {os.path.join(out, 'metrics.json')}"
+        f"{comms.world.size} rank(s):\n{table(metrics)}\nwritten to {out}"
     )
     sys.stdout.flush()
     return record

@@ -134,7 +134,7 @@ def weight_source(run_dir: str, cfg, comms, user: Dict[str, Any], checkpoint: Op
     have_all = all(os.path.isfile(p) for p in exported.values())
     if checkpoint is None and all(world_bool for world_bool in _allgather(comms.world, have_all)):
         return {name: (path, "") for name, path in exported.items()}, ", ".join(sorted(files))
-    store = CheckpointStore(os.path.join(run_dir, cfg.checkpoint.dir), comms.world)
+    store = CheckpointStore(os.path.join(run_dir, cfg.checkpoint.dir), comms.world, base=run_dir)
     if checkpoint is None:
         missing = sorted(f for f, n in files.items() if not os.path.isfile(exported[n]))
         why = f"{', '.join(missing)} not found in {run_dir} (an interrupted run?)"

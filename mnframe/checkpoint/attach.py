@@ -40,7 +40,7 @@ def attach(
         cfg_section if isinstance(cfg_section, CheckpointConfig) else CheckpointConfig.model_validate(cfg_section or {})
     )
     watchdog.set_report_dir(run_dir)
-    store = CheckpointStore(os.path.join(os.fspath(run_dir), cfg.dir), comm)
+    store = CheckpointStore(os.path.join(os.fspath(run_dir), cfg.dir), comm, base=run_dir)
     if topology is None and isinstance(config, dict):
         topology = config.get("topology")
     store.layout = make_layout(comm.size, topology)

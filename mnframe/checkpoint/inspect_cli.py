@@ -19,6 +19,7 @@ from mnframe.checkpoint.manifest import MANIFEST, Manifest, check_file, outside_
 from mnframe.checkpoint.store import _DAMAGED_RE, _NAME_RE, TMP_PREFIX
 from mnframe.runtime.errors import ConfigError
 from mnframe.utils.npz import human_bytes
+from mnframe.utils.safe_paths import refuse_links
 
 USAGE = "usage: python -m mnframe checkpoint {list,verify} RUN_DIR [iter_N ...]"
 OK, DAMAGED, BAD_INPUT = 0, 1, 2
@@ -42,9 +43,14 @@ def checkpoint_root(run_dir):
         return run_dir
     config = os.path.join(run_dir, "config.yaml")
     if os.path.isfile(config):
-        return os.path.join(run_dir, _configured_dir(config))
-    if os.path.isdir(os.path.join(run_dir, "checkpoints")):
-        return os.path.join(run_dir, "checkpoints")
+        root = os.path.join(run_dir, _configured_dir(config))
+    elif os.path.isdir(os.path.join(run_dir, "checkpoints")):
+        root = os.path.join(run_dir, "checkpoints")
+    else:
+        root = None
+    if root is not None:
+        refuse_links(run_dir, root)  # a linked checkpoints/ is never read (LinkRefused: exit 2)
+        return root
     raise BadInput(f"{run_dir} is not a run directory: it has no config.yaml and no checkpoints/ directory")
 
 

@@ -31,6 +31,7 @@ from mnframe.runtime.errors import CheckpointError, ConfigError, SaveError
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_write_text, fsync_dir
 from mnframe.utils.npz import WriteFailed
+from mnframe.utils.safe_paths import LinkRefused, refuse_links
 
 _NAME_RE = re.compile(r"^iter_(\d{8,})$")
 DAMAGED_SUFFIX = ".damaged"  # iter_N.damaged (.2, .3 ...): moved aside, never deleted, not a checkpoint
@@ -63,14 +64,32 @@ def write_error(rank, directory, exc):
 class CheckpointStore:
     """The checkpoints of one run, shared by all ranks of ``comm``."""
 
-    def __init__(self, root, comm):
+    def __init__(self, root, comm, base=None):
         self.root = os.path.abspath(os.fspath(root))
+        # the run directory: no component between it and root may be a link (default: root itself)
+        self.base = os.path.abspath(os.fspath(base)) if base is not None else os.path.dirname(self.root)
         self.comm = comm  # a mnframe or mpi4py communicator (both have rank and size)
         self.unusable = {}  # checkpoint name -> why resume skipped it (kept, never collected)
         self.layout = None  # recorded in each manifest (mnframe.checkpoint.layout; set by attach)
 
     def path(self, name):
         return os.path.join(self.root, name)
+
+    def link_problem(self):
+        """Why the checkpoint directory must not be used (it, or a directory between the run
+        directory and it, is a symbolic link: resume would read and save would write outside), or None."""
+        try:
+            refuse_links(self.base, self.root)
+        except LinkRefused as exc:
+            return f"checkpoint.dir: {exc}; to keep checkpoints elsewhere set checkpoint.dir to that absolute path"
+        return None
+
+    def check_root(self):
+        """``LinkRefused`` on every rank when ``link_problem`` finds one on rank 0 (collective)."""
+        link = self.link_problem() if self.comm.rank == 0 else None
+        link = collectives.bcast_obj(self.comm, link, name="checkpoint.bcast_obj")
+        if link:
+            raise LinkRefused(link)
 
     # -- writing --------------------------------------------------------------
     def save(self, iteration, write_files, config_hash=None, config=None, reason="interval", keep=None):
@@ -85,15 +104,21 @@ class CheckpointStore:
         name = checkpoint_name(iteration)
         tmp = self.path(TMP_PREFIX + name)
         secret = signing.key()
-        err = None
+        err = link = None
         if rank == 0:
+            link = self.link_problem()
             try:
-                os.makedirs(self.root, exist_ok=True)
-                shutil.rmtree(tmp, ignore_errors=True)
-                os.makedirs(tmp)
+                if link is None:
+                    os.makedirs(self.root, exist_ok=True)
+                    if os.path.islink(tmp):  # planted: never write through it
+                        os.unlink(tmp)
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    os.makedirs(tmp)
             except OSError as exc:
                 err = f"cannot create {tmp}: {exc}"
-        err = collectives.bcast_obj(self.comm, err, name="checkpoint.bcast_obj")
+        err, link = collectives.bcast_obj(self.comm, (err, link), name="checkpoint.bcast_obj")
+        if link:
+            raise LinkRefused(f"checkpoint {name} not written: {link}")
         if err:
             raise SaveError(f"checkpoint {name} not written: {err}{self._kept()}")
 
@@ -260,10 +285,10 @@ class CheckpointStore:
 
     def scan(self):
         """[(name, Manifest or the reason it is unusable)], newest first, identical on all ranks."""
-        listing = None
+        listing = link = None
         if self.comm.rank == 0:
-            listing = []
-            for name in self.committed():
+            listing, link = [], self.link_problem()
+            for name in [] if link else self.committed():
                 outside = outside_problem(self.root, name, is_dir=True)
                 if outside:
                     listing.append((name, outside))
@@ -274,7 +299,10 @@ class CheckpointStore:
                     listing.append((name, f"{self.path(name)} has no {MANIFEST} (incomplete)"))
                 except Exception as exc:
                     listing.append((name, f"{self.path(name)}/{MANIFEST} is unreadable: {exc}"))
-        return collectives.bcast_obj(self.comm, listing, name="checkpoint.bcast_obj")
+        listing, link = collectives.bcast_obj(self.comm, (listing, link), name="checkpoint.bcast_obj")
+        if link:  # the same one line on every rank, status 2
+            raise LinkRefused(link)
+        return listing
 
     def verify(self, name, manifest):
         """Every problem with checkpoint ``name``'s files (collective: ranks share the hashing)."""
@@ -293,6 +321,7 @@ class CheckpointStore:
         when there is none, ``'never'`` always starts fresh.
         """
         if load is None and resume == "never":
+            self.check_root()  # a linked checkpoint directory is refused before training, not at the first save
             return None
         listing = self.scan()
         if load is not None:
