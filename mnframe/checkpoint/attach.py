@@ -58,4 +58,5 @@ def attach(
     ext.bind(trainer)
     trainer.extend(ext, name=ext.name, trigger=ext.trigger, priority=ext.priority)
     ext.resumed_from = resume_checkpoint(trainer, store, cfg, resume, config_hash=config_hash, config=config)
+    store.ensure_run_id()  # a fresh run (or one resumed from a checkpoint without one) gets its identity
     return ext

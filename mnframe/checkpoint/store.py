@@ -24,9 +24,10 @@ import os
 import re
 import shutil
 import sys
+import uuid
 
-from mnframe.checkpoint import signing
-from mnframe.checkpoint.manifest import MANIFEST, FileEntry, Manifest, check_file, outside_problem, sha256_file
+from mnframe.checkpoint import admit, signing
+from mnframe.checkpoint.manifest import MANIFEST, FileEntry, Manifest, outside_problem, sha256_file
 from mnframe.runtime.errors import CheckpointError, ConfigError, SaveError
 from mnframe.utils import collectives
 from mnframe.utils.fs import atomic_write_text, fsync_dir
@@ -71,6 +72,7 @@ class CheckpointStore:
         self.comm = comm  # a mnframe or mpi4py communicator (both have rank and size)
         self.unusable = {}  # checkpoint name -> why resume skipped it (kept, never collected)
         self.layout = None  # recorded in each manifest (mnframe.checkpoint.layout; set by attach)
+        self.run_id = None  # the run's identity: adopted from the checkpoint resumed, else new (ensure_run_id)
 
     def path(self, name):
         return os.path.join(self.root, name)
@@ -90,6 +92,20 @@ class CheckpointStore:
         link = collectives.bcast_obj(self.comm, link, name="checkpoint.bcast_obj")
         if link:
             raise LinkRefused(link)
+
+    def ensure_run_id(self):
+        """Give a run that did not resume one an identity (collective: rank 0 draws it)."""
+        if self.run_id is None:
+            drawn = uuid.uuid4().hex if self.comm.rank == 0 else None
+            self.run_id = collectives.bcast_obj(self.comm, drawn, name="checkpoint.bcast_obj")
+        return self.run_id
+
+    def identity(self, iteration):
+        """The entries this rank's file of checkpoint ``iteration`` carries to say whose it is
+        (none before ``ensure_run_id``)."""
+        if self.run_id is None:
+            return {}
+        return admit.identity_arrays(self.run_id, iteration, self.comm.size, self.comm.rank)
 
     # -- writing --------------------------------------------------------------
     def save(self, iteration, write_files, config_hash=None, config=None, reason="interval", keep=None):
@@ -147,6 +163,7 @@ class CheckpointStore:
                     config=config,
                     reason=reason,
                     layout=self.layout,
+                    run_id=self.run_id,
                 ),
                 secret,
                 keep,
@@ -304,11 +321,14 @@ class CheckpointStore:
             raise LinkRefused(link)
         return listing
 
-    def verify(self, name, manifest):
-        """Every problem with checkpoint ``name``'s files (collective: ranks share the hashing)."""
+    def verify(self, name, manifest, hashed=True):
+        """Every problem with checkpoint ``name``'s files: ``admit.problems``, the checks
+        ``checkpoint verify`` runs (hashes unless not ``hashed``, safe contents, each rank file's
+        identity). Collective: the ranks share the files and then the verdict, so every rank
+        decides the same before any collective that depends on the files."""
         names = sorted(manifest.files)
         mine = [names[i] for i in range(self.comm.rank, len(names), self.comm.size)]
-        problems = [p for f in mine if (p := check_file(self.path(name), f, manifest.files[f]))]
+        problems = admit.problems(self.path(name), manifest, mine, hashed=hashed)
         parts = collectives.allgather_obj(self.comm, problems, name="checkpoint.allgather_obj")
         return sorted(p for part in parts for p in part)
 
@@ -332,11 +352,12 @@ class CheckpointStore:
                 skipped.append(f"skipped {name}: {manifest}")
                 self.unusable[name] = manifest
                 continue
-            problems = self.verify(name, manifest) if verify else []
-            if problems:
+            problems = self.verify(name, manifest, hashed=verify)
+            if problems:  # damaged or refused (foreign, unsafe): moved aside, the previous one is tried
                 skipped.append(f"skipped {name}: " + "; ".join(problems))
-                self.unusable[name] = "resume found it damaged: " + "; ".join(problems)
+                self.unusable[name] = "resume found it damaged or refused it: " + "; ".join(problems)
                 continue
+            self.run_id = manifest.run_id or self.run_id  # the run goes on: the same identity
             if skipped and self.comm.rank == 0:
                 _say("\n  ".join(skipped + [f"falling back to the previous good checkpoint {name}"]))
                 self._move_damaged_aside()
@@ -371,7 +392,8 @@ class CheckpointStore:
         manifest = found[load]
         if isinstance(manifest, str):
             raise CheckpointError(f"checkpoint {load!r} cannot be loaded: {manifest}")
-        problems = self.verify(load, manifest) if verify else []
+        problems = self.verify(load, manifest, hashed=verify)
         if problems:
             raise CheckpointError(f"checkpoint {load!r} cannot be loaded: " + "; ".join(problems))
+        self.run_id = manifest.run_id or self.run_id
         return load, manifest

@@ -8,7 +8,9 @@ world size every rank loads the file of a rank that ran the same model-parallel
 stage (``mnframe.checkpoint.reshard``; rank 0's for data parallelism) but skips the
 per-rank parts (iterator positions and random states): the data is re-sharded and
 iterators restart their epoch. Files are read with ``mnframe.utils.safe_npz`` (no pickle, bounded
-sizes): a file that could run code is refused on every rank with status 2.
+sizes, uncompressed only, no entry larger than the array it fills): a file that could run code
+is refused on every rank with status 2. The store checks every file first (``admit``), so a
+refused checkpoint is normally skipped before it gets here.
 """
 
 import os
@@ -26,11 +28,12 @@ RNG_KEY = "mnframe_rng"
 PER_RANK_KEYS = ("updater/iterator:", f"/{RNG_KEY}/")
 
 
-def save_trainer(directory, trainer, rank):
-    """Write this rank's trainer state; return the file names written.
+def save_trainer(directory, trainer, rank, identity=None):
+    """Write this rank's trainer state (plus ``identity``, ``admit.identity_arrays``: whose file
+    it is, inside the hashed content); return the file names written.
 
     An OSError (a full disk) becomes ``WriteFailed`` naming the path and the bytes needed."""
-    return [write_rank_arrays(directory, rank, serialize(trainer))]
+    return [write_rank_arrays(directory, rank, {**serialize(trainer), **(identity or {})})]
 
 
 def write_rank_arrays(directory, rank, arrays):
@@ -63,7 +66,7 @@ def load_trainer(directory, manifest, trainer, comm, source=None):
     try:
         unsafe = outside_problem(directory, name)
         if unsafe is None:
-            load_npz(path, trainer, ignore_names=_is_per_rank if resharded else None)
+            load_npz(path, trainer, ignore_names=_is_per_rank if resharded else None, stored_only=True)
     except UnsafeFile as exc:
         unsafe = str(exc)
     except Exception as exc:
