@@ -1,4 +1,5 @@
-"""``python -m mnframe evaluate RUN_DIR [--checkpoint NAME] [--split test|train] [--out DIR] [key=value ...]``
+"""``python -m mnframe evaluate RUN_DIR [--checkpoint NAME] [--split test|train] [--out DIR] [--trust-config]
+[key=value ...]``
 
 Evaluates a finished or interrupted run on its validation data (or on the data the
 ``key=value`` overrides of its ``config.yaml`` name, e.g. ``dataset.source.path=...``).
@@ -9,7 +10,9 @@ model). Data parallel: each data-parallel rank takes a contiguous shard of the s
 each reported metric times its batch size; the sums and counts are gathered, so the
 metrics are example-weighted means over the whole split, whatever the number of ranks.
 Model-parallel recipes run as in training (receive-only ranks on an empty dataset).
-Rank 0 writes ``eval/metrics.json`` in the run directory and prints a table.
+Rank 0 writes ``eval/metrics.json`` in the run directory (never through a link) and prints a table.
+A config naming ``_target_``s outside mnframe and its recipes is refused unless
+``--trust-config`` (``mnframe.config.trust``).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--checkpoint", default=None, metavar="NAME|last")
     parser.add_argument("--split", default="test", choices=SPLITS)
     parser.add_argument("--out", default=None, metavar="DIR")
+    parser.add_argument("--trust-config", action="store_true")  # import what config.yaml names (config/trust.py)
     return parser.parse_intermixed_args(list(argv))
 
 

@@ -1,4 +1,5 @@
-"""``python -m mnframe predict RUN_DIR INPUT [--out FILE] [--checkpoint NAME] [--batch-size N] [key=value ...]``
+"""``python -m mnframe predict RUN_DIR INPUT [--out FILE] [--checkpoint NAME] [--batch-size N] [--trust-config]
+[key=value ...]``
 
 Runs a trained run's model (rebuilt as ``mnframe.trained`` does) on new inputs:
 
@@ -46,6 +47,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--out", default=None, metavar="FILE.npz|FILE.csv")
     parser.add_argument("--checkpoint", default=None, metavar="NAME|last")
     parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--trust-config", action="store_true")  # import what config.yaml names (config/trust.py)
     args = parser.parse_intermixed_args(list(argv))
     if args.batch_size is not None and args.batch_size < 1:
         raise ConfigError(f"--batch-size: must be a positive number of examples (got {args.batch_size})")

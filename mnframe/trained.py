@@ -36,8 +36,10 @@ def apply_overrides(config: Dict[str, Any], overrides: Sequence[str]) -> Dict[st
     return OmegaConf.to_container(merged, resolve=True)
 
 
-def read_run_config(run_dir: str, overrides: Sequence[str]) -> str:
-    """The YAML of the run's ``config.yaml`` with ``overrides`` applied (ConfigError when unreadable)."""
+def read_run_config(run_dir: str, overrides: Sequence[str], trust_config: bool = False) -> str:
+    """The YAML of the run's ``config.yaml`` with ``overrides`` applied (ConfigError when unreadable,
+    ``UntrustedConfig`` when it names code outside mnframe and its recipes without ``trust_config``)."""
+    from mnframe.config import trust
     from mnframe.config.compose import from_yaml, to_yaml
 
     path = os.path.join(run_dir, "config.yaml")
@@ -49,17 +51,18 @@ def read_run_config(run_dir: str, overrides: Sequence[str]) -> str:
         config = from_yaml(open(path).read())
     except Exception as exc:
         raise ConfigError(f"{path} cannot be read: {exc}") from None
+    trust.check(config, path, trust_config, overridden=overrides)  # before anything is imported
     return to_yaml(apply_overrides(config, overrides))
 
 
-def shared_run_config(world, run_dir: str, overrides: Sequence[str]) -> str:
+def shared_run_config(world, run_dir: str, overrides: Sequence[str], trust_config: bool = False) -> str:
     """Rank 0 reads the run's config; every rank gets it, or the same ConfigError."""
     from mnframe.utils.collectives import bcast_obj
 
     message = None
     if world.rank == 0:
         try:
-            message = (read_run_config(run_dir, overrides), None)
+            message = (read_run_config(run_dir, overrides, trust_config), None)
         except ConfigError as exc:
             message = (None, str(exc))
     yaml_text, error = bcast_obj(world, message, name="trained.config")
@@ -178,7 +181,9 @@ class Trained(NamedTuple):
     source: str  # where the weights came from (for the record)
 
 
-def build_trained(world, run_dir: str, overrides: Sequence[str], checkpoint: Optional[str], has_cuda: bool) -> Trained:
+def build_trained(
+    world, run_dir: str, overrides: Sequence[str], checkpoint: Optional[str], has_cuda: bool, trust_config: bool = False
+) -> Trained:
     """The run's model on every rank, its weights loaded (ConfigError on every rank otherwise)."""
     from mnframe.builder.communicator import build_communicators
     from mnframe.builder.device import select_device
@@ -189,7 +194,7 @@ def build_trained(world, run_dir: str, overrides: Sequence[str], checkpoint: Opt
     from mnframe.runtime import threads
     from mnframe.utils.collectives import share_verdict
 
-    yaml_text = shared_run_config(world, run_dir, overrides)
+    yaml_text = shared_run_config(world, run_dir, overrides, trust_config)
     cfg, config, _ = agree_on_config(world, yaml_text, has_cuda)
     comms = build_communicators(cfg.communicator, cfg.topology)
     device = select_device(cfg.trainer.device, comms.world)
@@ -211,7 +216,8 @@ def build_trained(world, run_dir: str, overrides: Sequence[str], checkpoint: Opt
 def open_run(world, args, has_cuda: bool, command: str) -> Trained:
     """``build_trained`` for a command on ``args.run_dir`` (evaluate, predict), which runs the model
     named ``main``: ConfigError on every rank when the recipe has none."""
-    trained = build_trained(world, os.path.abspath(args.run_dir), args.overrides, args.checkpoint, has_cuda)
+    trust = getattr(args, "trust_config", False)
+    trained = build_trained(world, os.path.abspath(args.run_dir), args.overrides, args.checkpoint, has_cuda, trust)
     if "main" not in trained.user:
         raise ConfigError(f"{command} runs the model named main; this recipe's models are {', '.join(trained.user)}")
     return trained
