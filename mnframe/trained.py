@@ -84,13 +84,22 @@ def load_weights(path: str, link, prefix: str = "") -> Optional[str]:
 
     from mnframe.utils.safe_npz import SafeNpz
 
-    try:
-        with SafeNpz(path) as archive:
-            arrays = {k[len(prefix) :]: archive[k] for k in archive.files if k.startswith(prefix)}
-    except Exception as exc:
-        return f"{path} cannot be read as a model file ({type(exc).__name__}: {exc})"
     where = os.path.basename(path) + (f" ({prefix.rstrip('/')})" if prefix else "")
     wanted = {name.lstrip("/"): param for name, param in link.namedparams()}
+    try:
+        with SafeNpz(path) as archive:
+            keys = [k for k in archive.files if k.startswith(prefix)]
+            for key in keys:  # the declared shapes first: nothing larger than the model is allocated
+                param = wanted.get(key[len(prefix) :])
+                if param is not None and param.array is not None and archive.declared(key)[0] != tuple(param.shape):
+                    return (
+                        f"parameter {key[len(prefix) :]} has shape {archive.declared(key)[0]} in {where} but "
+                        f"{tuple(param.shape)} in the model built from config.yaml: the model settings "
+                        f"(model.* / topology) differ from the run that wrote it"
+                    )
+            arrays = {k[len(prefix) :]: archive[k] for k in keys}
+    except Exception as exc:
+        return f"{path} cannot be read as a model file ({type(exc).__name__}: {exc})"
     for name, param in wanted.items():
         if name not in arrays:
             return (
