@@ -113,7 +113,13 @@ def run_dir_problem(run_dir: Optional[str]) -> Optional[str]:
     except OSError as exc:
         return str(run_dir_error(exc, run_dir))
     from mnframe.runtime import run_lock
+    from mnframe.utils.safe_paths import LinkRefused, refuse_links
 
+    try:  # written by rank 0 alone later: a planted link is refused now, by every rank together
+        for name in RUN_DIR_OUTPUTS:
+            refuse_links(run_dir, os.path.join(run_dir, name))
+    except LinkRefused as exc:
+        return str(exc)
     return run_lock.acquire(run_dir)  # one job per run directory, until run_job ends
 
 
@@ -182,6 +188,15 @@ def _with_resumed_layout(exc: ConfigError, config, run_dir: Optional[str], world
 
 RECORD_DIR = ".hydra"  # Hydra's usual place for its config.yaml, hydra.yaml, overrides.yaml
 FAILED_FILE = "FAILED.txt"
+# what rank 0 alone writes into the run directory (never through a link: mnframe.utils.safe_paths)
+RUN_DIR_OUTPUTS = (
+    "config.yaml",
+    f"{RECORD_DIR}/config.yaml",
+    f"{RECORD_DIR}/hydra.yaml",
+    f"{RECORD_DIR}/overrides.yaml",
+    "tensorboard",
+    "profile.json",
+)
 
 
 def record_run(run_dir: str, yaml_text: str, record: Optional[Dict[str, str]]) -> None:

@@ -97,6 +97,17 @@ def test_a_linked_checkpoint_directory_is_refused(copy, tmp_path):
     refused(result, "is a symbolic link")
 
 
+def test_a_linked_record_directory_is_refused_before_the_job_starts(copy, tmp_path):
+    run = copy()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.rmtree(run / ".hydra", ignore_errors=True)
+    (run / ".hydra").symlink_to(outside)
+    result = mnframe(*SMALL, "trainer.stop=[9,iteration]", f"hydra.run.dir={run}", cwd=tmp_path)
+    refused(result, f"{run / '.hydra'} is a symbolic link to {outside}")
+    assert list(outside.iterdir()) == []
+
+
 def test_a_linked_lock_stops_the_job_unless_opted_out(copy, tmp_path):
     run = copy()
     target = tmp_path / "planted-lock"
