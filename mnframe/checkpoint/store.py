@@ -332,13 +332,17 @@ class CheckpointStore:
         parts = collectives.allgather_obj(self.comm, problems, name="checkpoint.allgather_obj")
         return sorted(p for part in parts for p in part)
 
-    def select(self, resume="auto", load=None, verify=True):
+    def select(self, resume="auto", load=None, verify=True, fits=None):
         """The checkpoint to resume from as (name, Manifest), or None (collective).
 
         ``load`` names one checkpoint exactly: it is used or we fail naming the
         damaged file and its rank. Otherwise the newest good one is used,
         reporting every newer one that was skipped; ``resume='must'`` fails
-        when there is none, ``'never'`` always starts fresh.
+        when there is none, ``'never'`` always starts fresh. ``fits(directory,
+        manifest)``: why this rank's file does not fit the model being resumed, or
+        None; a newer checkpoint that does not fit while an older one does is refused
+        like a damaged one (a planted shape); when none fits, the newest is returned
+        (the configuration changed: the configuration check and the load say so).
         """
         if load is None and resume == "never":
             self.check_root()  # a linked checkpoint directory is refused before training, not at the first save
@@ -346,7 +350,7 @@ class CheckpointStore:
         listing = self.scan()
         if load is not None:
             return self._select_exact(load, listing, verify)
-        skipped = []
+        skipped, misfits = [], []
         for name, manifest in listing:
             if isinstance(manifest, str):
                 skipped.append(f"skipped {name}: {manifest}")
@@ -357,11 +361,16 @@ class CheckpointStore:
                 skipped.append(f"skipped {name}: " + "; ".join(problems))
                 self.unusable[name] = "resume found it damaged or refused it: " + "; ".join(problems)
                 continue
-            self.run_id = manifest.run_id or self.run_id  # the run goes on: the same identity
-            if skipped and self.comm.rank == 0:
-                _say("\n  ".join(skipped + [f"falling back to the previous good checkpoint {name}"]))
-                self._move_damaged_aside()
-            return name, manifest
+            misfit = self._misfit(fits, name, manifest)
+            if misfit:
+                misfits.append((name, manifest, misfit))
+                continue
+            for newer, _, why in misfits:  # it fits while they do not: their shapes were planted
+                skipped.append(f"skipped {newer}: {why}")
+                self.unusable[newer] = "resume refused it: " + why
+            return self._chosen(name, manifest, skipped)
+        if misfits:  # none fits the model: its configuration changed, said by the checks that follow
+            return self._chosen(misfits[0][0], misfits[0][1], skipped)
         detail = ("\n  " + "\n  ".join(skipped)) if skipped else ""
         if resume == "must":
             raise ConfigError(
@@ -373,6 +382,24 @@ class CheckpointStore:
             _say(f"no usable checkpoint, starting from scratch:{detail}")
             self._move_damaged_aside()
         return None
+
+    def _chosen(self, name, manifest, skipped):
+        self.run_id = manifest.run_id or self.run_id  # the run goes on: the same identity
+        if skipped and self.comm.rank == 0:
+            _say("\n  ".join(skipped + [f"falling back to the previous good checkpoint {name}"]))
+            self._move_damaged_aside()
+        return name, manifest
+
+    def _misfit(self, fits, name, manifest):
+        """Why checkpoint ``name`` does not fit the model being resumed on some rank, or None (collective)."""
+        if fits is None:
+            return None
+        try:
+            problem = fits(self.path(name), manifest)
+        except Exception as exc:  # an unreadable file was refused by verify already; be safe
+            problem = f"{self.path(name)}: {type(exc).__name__}: {exc}"
+        parts = collectives.allgather_obj(self.comm, problem, name="checkpoint.allgather_obj")
+        return next((p for p in parts if p), None)
 
     def _move_damaged_aside(self):
         """Rank 0, after resume skipped damaged checkpoints: move each aside, so that the run

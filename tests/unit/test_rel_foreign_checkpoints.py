@@ -303,3 +303,34 @@ def test_an_entry_declaring_more_than_the_model_holds_is_refused_before_reading(
     out, rss = peak(run_dir, "weights", path)  # evaluate's and predict's reader of model files
     assert "parameter W has shape (805306368,) in model.npz" in out and "(3, 4) in the model built" in out, out
     assert rss < 1 << 30, rss
+
+
+def _replace_entry(path, key, array):
+    with zipfile.ZipFile(path) as z:
+        members = {i.filename: z.read(i) for i in z.infolist()}
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, array)
+    members[key + ".npy"] = buf.getvalue()
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+
+
+def test_a_planted_parameter_shape_is_refused_when_an_older_checkpoint_fits(run_dir, capsys):
+    _replace_entry(ckpt(run_dir) / "rank_00000.npz", W, np.zeros((5, 4), np.float32))
+    reseal(ckpt(run_dir))
+    ext = resume(run_dir)
+    assert ext.resumed_from == "iter_00000002"
+    err = capsys.readouterr().err
+    assert "skipped iter_00000003" in err and "has shape (5, 4) but the model being resumed has (3, 4)" in err, err
+    assert (run_dir / "checkpoints" / "iter_00000003.damaged").is_dir()
+
+
+def test_a_model_that_fits_no_checkpoint_is_a_configuration_change_and_nothing_is_moved_aside(run_dir, monkeypatch):
+    import mnframe.runtime.errors as errors
+
+    real = L.Linear
+    monkeypatch.setattr(L, "Linear", lambda i, o: real(i, o + 2))  # the model's settings changed
+    with pytest.raises(errors.ResumeFailed, match="did the model, optimizer or extensions change"):
+        resume(run_dir)
+    assert sorted(os.listdir(run_dir / "checkpoints")) == [f"iter_0000000{i}" for i in (1, 2, 3)]
