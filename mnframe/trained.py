@@ -89,11 +89,11 @@ def load_weights(path: str, link, prefix: str = "") -> Optional[str]:
     try:
         with SafeNpz(path) as archive:
             keys = [k for k in archive.files if k.startswith(prefix)]
-            for key in keys:  # the declared shapes first: nothing larger than the model is allocated
-                param = wanted.get(key[len(prefix) :])
-                if param is not None and param.array is not None and archive.declared(key)[0] != tuple(param.shape):
+            for name, param in wanted.items():  # the declared shapes first: nothing larger is allocated
+                declared = archive.declared(prefix + name)[0] if prefix + name in archive else None
+                if declared is not None and param.array is not None and declared != tuple(param.shape):
                     return (
-                        f"parameter {key[len(prefix) :]} has shape {archive.declared(key)[0]} in {where} but "
+                        f"parameter {name} has shape {declared} in {where} but "
                         f"{tuple(param.shape)} in the model built from config.yaml: the model settings "
                         f"(model.* / topology) differ from the run that wrote it"
                     )

@@ -48,17 +48,14 @@ def model_fit(trainer, comm):
     nothing loaded), or None. At another world size reshard's checks apply instead."""
     import os
 
-    import numpy
-    from chainer.serializers.npz import DictionarySerializer
-
     from mnframe.checkpoint.layout import rank_file
     from mnframe.utils.safe_npz import SafeNpz
 
-    serializer = DictionarySerializer()
-    optimizers = getattr(trainer.updater, "get_all_optimizers", dict)()
-    for name, optimizer in optimizers.items():
-        optimizer.target.serialize(serializer["updater"][f"model:{name}"])  # the parameters only: no collective
-    expected = {k: v.shape for k, v in serializer.target.items() if not numpy.asarray(v).dtype.hasobject}
+    expected = {}  # read from the parameters themselves: no serialize() (a user's may have side effects)
+    for name, optimizer in getattr(trainer.updater, "get_all_optimizers", dict)().items():
+        for path, param in optimizer.target.namedparams():
+            if param.array is not None:
+                expected[f"updater/model:{name}/{path.lstrip('/')}"] = tuple(param.shape)
 
     def fits(directory, manifest):
         if manifest.world_size != comm.size or not expected:
@@ -66,10 +63,10 @@ def model_fit(trainer, comm):
         path = os.path.join(directory, rank_file(comm.rank))
         with SafeNpz(path, stored_only=True) as npz:
             for key, shape in expected.items():
-                if key in npz and npz.declared(key)[0] != tuple(shape):
+                if key in npz and npz.declared(key)[0] != shape:
                     return (
                         f"{path}: entry {key!r} has shape {npz.declared(key)[0]} but the model being resumed has "
-                        f"{tuple(shape)}, as the checkpoints before it have"
+                        f"{shape}, as the checkpoints before it have"
                     )
         return None
 

@@ -249,13 +249,21 @@ def _bounded_deserializer():
                 self.npz, self.path + key + "/", strict=self.strict, ignore_names=self.ignore_names
             )
 
+        def _ignored(self, full):
+            names = self.ignore_names if isinstance(self.ignore_names, (tuple, list)) else (self.ignore_names,)
+            return any((n == full) if isinstance(n, str) else (callable(n) and n(full)) for n in names)
+
         def __call__(self, key, value):
             full = self.path + key.lstrip("/")
-            if value is not None and isinstance(self.npz, SafeNpz) and full in self.npz:
+            if isinstance(self.npz, SafeNpz) and full in self.npz and not self._ignored(full):
+                if isinstance(value, (bool, int, float, numpy.generic)):
+                    have = 1
+                elif hasattr(value, "shape") and hasattr(value, "dtype"):  # NumPy, CuPy: copied into in place
+                    have = int(numpy.prod(value.shape, dtype=object))
+                else:
+                    have = None  # None (not sized yet) or another type: bounded by the archive itself
                 shape, dtype = self.npz.declared(full)
-                size = int(numpy.prod(shape, dtype=object))
-                have = int(numpy.prod(numpy.shape(value), dtype=object)) if hasattr(value, "shape") else 1
-                if size > have and not (dtype == NONE_DTYPE and shape == ()):
+                if have is not None and int(numpy.prod(shape, dtype=object)) > have:
                     raise UnsafeFile(
                         f"refusing to load {self.npz.name}: entry {full + '.npy'!r} declares shape {shape} of {dtype} "
                         f"({self.npz.nbytes(full)} bytes) where the model or optimizer holds shape "
