@@ -62,26 +62,55 @@ def plant(directory, marker):
     (directory / "manifest.json").write_text(json.dumps(manifest))
 
 
+def retouch(directory):
+    """A change that passes every check of the files (a parameter's values), hashes recomputed:
+    only a signature can tell."""
+    import hashlib
+
+    path = directory / "rank_00001.npz"
+    with zipfile.ZipFile(path) as z:
+        members = {i.filename: z.read(i) for i in z.infolist()}
+    key = next(k for k in members if k.endswith("/W.npy"))
+    array = np.load(io.BytesIO(members[key]), allow_pickle=False)
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, array + 1)
+    members[key] = buf.getvalue()
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    data = path.read_bytes()
+    manifest["files"][path.name].update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+
+
 def test_planted_pickle_is_refused_on_every_rank_and_a_signature_catches_the_reseal(tmp_path):
+    """Since issue 38 the refused checkpoint is skipped like a damaged one (moved aside, the previous
+    one resumed); a change that passes the file checks is caught by the signature."""
+    import shutil
+
     first = mnframe("trainer.stop=[6,iteration]", "checkpoint.interval=3", cwd=tmp_path, env=KEY)
     assert first.returncode == 0, first.output[-4000:]
     run_dir = tmp_path / "run"
     assert (run_dir / "model.npz").exists() and (run_dir / "model.safetensors").exists()
     newest = run_dir / "checkpoints" / "iter_00000006"
     assert json.loads((newest / "manifest.json").read_text())["signature"].startswith("hmac-sha256:")
+    shutil.copytree(run_dir, tmp_path / "signed" / "run")
     marker = tmp_path / "pwned"
     plant(newest, marker)
 
-    refused = mnframe("trainer.stop=[9,iteration]", "checkpoint.interval=3", cwd=tmp_path)
-    out = refused.output
-    assert refused.returncode == 2, out[-4000:]
+    resumed = mnframe("trainer.stop=[9,iteration]", "checkpoint.interval=3", cwd=tmp_path)
+    out = resumed.output
+    assert resumed.returncode == 0, out[-4000:]
     assert "Traceback" not in out and "did not report it" not in out, out[-4000:]
-    lines = [line for line in out.splitlines() if "refusing to load" in line]
+    lines = [line for line in out.splitlines() if line.startswith("mnframe checkpoint: skipped iter_00000006")]
     assert len(lines) == 1, out[-4000:]  # printed once, by rank 0, for every rank
-    assert str(newest / "rank_00001.npz") in lines[0] and repr(ENTRY) in lines[0], lines[0]
+    assert "refusing to load" in lines[0] and str(newest / "rank_00001.npz") in lines[0] and repr(ENTRY) in lines[0]
+    assert f"resumed from {run_dir / 'checkpoints' / 'iter_00000003'}" in out
+    assert (run_dir / "checkpoints" / "iter_00000006.damaged").is_dir()
     assert not marker.exists()
 
-    signed = mnframe("trainer.stop=[9,iteration]", "checkpoint.interval=3", cwd=tmp_path, env=KEY)
+    retouch(tmp_path / "signed" / "run" / "checkpoints" / "iter_00000006")
+    signed = mnframe("trainer.stop=[9,iteration]", "checkpoint.interval=3", cwd=tmp_path / "signed", env=KEY)
     assert signed.returncode == 2, signed.output[-4000:]
     assert "signature that does not verify" in signed.output and "Traceback" not in signed.output
-    assert not marker.exists()

@@ -8,12 +8,16 @@ and checks every member *before* anything is loaded:
 * member names are relative, without ``..`` or empty parts, each once, ending in ``.npy``;
 * only stored or deflated members; a member declaring more bytes than deflate can
   produce from its compressed size (1032:1), or than this machine's memory, is a zip bomb;
+  with ``stored_only`` (mnframe's checkpoint files, written uncompressed) a deflated member
+  is refused, so no entry declares more bytes than the file holds;
 * each ``.npy`` header is parsed as a literal (NumPy's parser, header size capped), its
   dtype must not hold Python objects, and ``shape x itemsize`` must equal the member's
   declared size: a header claiming 10^12 elements is refused without allocating them.
 
 A refusal raises ``UnsafeFile`` (a ConfigError: status 2), one line naming the file and
-the entry. Entries are then read on demand into freshly allocated arrays. ``load_npz``
+the entry. Entries are then read on demand into freshly allocated arrays; ``load_npz`` first
+compares each entry's declared shape with the array it fills and refuses one declaring more
+(nothing allocated). ``load_npz``
 is ``chainer.serializers.load_npz`` on top of it; ``load_arrays`` reads a data or input
 file (datasets, ``predict``'s inputs) with an error that says what the file should be.
 Nothing else in mnframe calls ``numpy.load``. ``NONE`` is how mnframe's writer
@@ -85,7 +89,8 @@ class SafeNpz(Mapping):
     Use it as a context manager (or call ``close``).
     """
 
-    def __init__(self, file, name=None):
+    def __init__(self, file, name=None, stored_only=False):
+        self.stored_only = stored_only  # refuse compressed members (mnframe's checkpoints are stored)
         self.name = name or (os.fspath(file) if isinstance(file, (str, os.PathLike)) else "<in-memory archive>")
         self._zip = None
         try:
@@ -106,7 +111,7 @@ class SafeNpz(Mapping):
     def _refuse(self, entry, why):
         raise UnsafeFile(f"refusing to load {self.name}: entry {entry!r} {why}; nothing was loaded from it")
 
-    def _check(self, archive_size):
+    def _check(self, archive_size):  # noqa: C901 (one check per line of the module docstring)
         entries, budget = {}, memory_bytes()
         total = 0
         for info in self._zip.infolist():
@@ -124,6 +129,13 @@ class SafeNpz(Mapping):
             if info.compress_type == zipfile.ZIP_STORED:
                 if info.file_size != info.compress_size:
                     self._refuse(name, f"is stored but declares {info.file_size} bytes in {info.compress_size}")
+            elif info.compress_type == zipfile.ZIP_DEFLATED and self.stored_only:
+                self._refuse(
+                    name,
+                    f"is compressed and declares {info.file_size} bytes from {info.compress_size}, but mnframe "
+                    f"writes checkpoint files uncompressed (a zip bomb, or a file mnframe did not write); "
+                    f"nothing was inflated",
+                )
             elif info.compress_type == zipfile.ZIP_DEFLATED:
                 if info.file_size > DEFLATE_MAX_RATIO * info.compress_size + 1024:
                     self._refuse(
@@ -173,6 +185,16 @@ class SafeNpz(Mapping):
             )
         return shape, dtype, fortran, offset
 
+    def declared(self, key):
+        """(shape, dtype) entry ``key`` declares in its header (checked; nothing is read or allocated)."""
+        _, shape, dtype, _, _ = self._entries[key]
+        return tuple(shape), dtype
+
+    def nbytes(self, key):
+        """The bytes entry ``key`` declares (what reading it allocates)."""
+        shape, dtype = self.declared(key)
+        return int(numpy.prod(shape, dtype=object)) * dtype.itemsize
+
     # -- Mapping ------------------------------------------------------------------
     @property
     def files(self):
@@ -216,12 +238,49 @@ class SafeNpz(Mapping):
         self.close()
 
 
-def load_npz(file, obj, path="", strict=True, ignore_names=None, name=None):
-    """``chainer.serializers.load_npz`` through ``SafeNpz``: the same keys and options, no pickle."""
+def _bounded_deserializer():
+    """``NpzDeserializer`` that compares each entry's declared size with the value it fills before
+    reading it: an entry declaring more than the model's or optimizer's array (or a scalar) holds is
+    refused without allocating it (issue 38). Values not sized yet (None) are bounded by the archive."""
     from chainer.serializers.npz import NpzDeserializer
 
-    with SafeNpz(file, name=name) as npz:
-        NpzDeserializer(npz, path=path, strict=strict, ignore_names=ignore_names).load(obj)
+    class BoundedDeserializer(NpzDeserializer):
+        def __getitem__(self, key):
+            key = key.strip("/")
+            return BoundedDeserializer(
+                self.npz, self.path + key + "/", strict=self.strict, ignore_names=self.ignore_names
+            )
+
+        def _ignored(self, full):
+            names = self.ignore_names if isinstance(self.ignore_names, (tuple, list)) else (self.ignore_names,)
+            return any((n == full) if isinstance(n, str) else (callable(n) and n(full)) for n in names)
+
+        def __call__(self, key, value):
+            full = self.path + key.lstrip("/")
+            if isinstance(self.npz, SafeNpz) and full in self.npz and not self._ignored(full):
+                if isinstance(value, (bool, int, float, numpy.generic)):
+                    have = 1
+                elif hasattr(value, "shape") and hasattr(value, "dtype"):  # NumPy, CuPy: copied into in place
+                    have = int(numpy.prod(value.shape, dtype=object))
+                else:
+                    have = None  # None (not sized yet) or another type: bounded by the archive itself
+                shape, dtype = self.npz.declared(full)
+                if have is not None and int(numpy.prod(shape, dtype=object)) > have:
+                    raise UnsafeFile(
+                        f"refusing to load {self.npz.name}: entry {full + '.npy'!r} declares shape {shape} of {dtype} "
+                        f"({self.npz.nbytes(full)} bytes) where the model or optimizer holds shape "
+                        f"{tuple(numpy.shape(value))}; nothing was allocated for it"
+                    )
+            return super().__call__(key, value)
+
+    return BoundedDeserializer
+
+
+def load_npz(file, obj, path="", strict=True, ignore_names=None, name=None, stored_only=False):
+    """``chainer.serializers.load_npz`` through ``SafeNpz``: the same keys and options, no pickle, and no
+    entry read that declares more than the value it fills (``stored_only``: as ``SafeNpz``)."""
+    with SafeNpz(file, name=name, stored_only=stored_only) as npz:
+        _bounded_deserializer()(npz, path=path, strict=strict, ignore_names=ignore_names).load(obj)
 
 
 class NotAnNpzFile(ConfigError):

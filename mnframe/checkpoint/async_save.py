@@ -93,7 +93,8 @@ class AsyncSaver:
         self.drain()
         self.commit_args = commit_args
         staging = self.store.path(STAGING_PREFIX + checkpoint_name(iteration))
-        self.job = _Job(iteration, reason, staging, self.store.comm.rank, snapshot(trainer), self.writer)
+        arrays = {**snapshot(trainer), **self.store.identity(iteration)}  # whose file it is, inside it
+        self.job = _Job(iteration, reason, staging, self.store.comm.rank, arrays, self.writer)
 
     def poll(self, wait=False):
         """Commit the save in flight if every rank finished writing (or wait until they did, with

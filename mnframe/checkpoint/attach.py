@@ -43,7 +43,7 @@ def attach(
         cfg_section if isinstance(cfg_section, CheckpointConfig) else CheckpointConfig.model_validate(cfg_section or {})
     )
     watchdog.set_report_dir(run_dir)
-    store = CheckpointStore(os.path.join(os.fspath(run_dir), cfg.dir), comm)
+    store = CheckpointStore(os.path.join(os.fspath(run_dir), cfg.dir), comm, base=run_dir)
     if topology is None and isinstance(config, dict):
         topology = config.get("topology")
     store.layout = make_layout(comm.size, topology)
@@ -63,4 +63,5 @@ def attach(
     ext.bind(trainer)
     trainer.extend(ext, name=ext.name, trigger=ext.trigger, priority=ext.priority)
     ext.resumed_from = resume_checkpoint(trainer, store, cfg, resume, config_hash=config_hash, config=config)
+    store.ensure_run_id()  # a fresh run (or one resumed from a checkpoint without one) gets its identity
     return ext

@@ -188,7 +188,12 @@ class CheckpointExtension(extension.Extension):
             return None
         self._poll_background(wait=True)  # at most one save in flight, and in order
         self.last_saved = self._saving(
-            lambda: self.store.save(iteration, lambda tmp: save_trainer(tmp, trainer, rank), reason=reason, **extra)
+            lambda: self.store.save(
+                iteration,
+                lambda tmp: save_trainer(tmp, trainer, rank, self.store.identity(iteration)),
+                reason=reason,
+                **extra,
+            )
         )
         return self.last_saved
 

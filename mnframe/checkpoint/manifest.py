@@ -65,11 +65,13 @@ class Manifest:
     format: int = FORMAT
     signature: Optional[str] = None  # HMAC of the rest (mnframe.checkpoint.signing), with a key
     layout: Optional[dict] = None  # what each file holds (mnframe.checkpoint.layout); None before layouts
+    run_id: Optional[str] = None  # the run's identity, also inside every rank file (mnframe.checkpoint.admit)
 
     def to_json(self):
         raw = dataclasses.asdict(self)
-        if raw["layout"] is None:  # as written before layouts: the same JSON, the same signature
-            del raw["layout"]
+        for key in ("layout", "run_id"):  # as written before them: the same JSON, the same signature
+            if raw[key] is None:
+                del raw[key]
         return json.dumps(raw, indent=1, sort_keys=True, default=str)
 
     @classmethod

@@ -122,8 +122,9 @@ def model_file(run_dir, name="main", model_rank=None, fmt="auto"):
     )
 
 
-def _read_config(run_dir, config):
+def _read_config(run_dir, config, trust_config=False):
     from mnframe.builder.validate import validate
+    from mnframe.config import trust
     from mnframe.config.compose import from_yaml
 
     if config is None or isinstance(config, (str, os.PathLike)):
@@ -133,6 +134,9 @@ def _read_config(run_dir, config):
                 config = from_yaml(f.read())  # yaml.safe_load: data only
         except OSError as exc:
             raise ConfigError(f"cannot read the run's configuration {path}: {exc.strerror or exc}") from None
+        if config is not None and path == os.path.join(os.fspath(run_dir), "config.yaml"):
+            # the run's own config may come from someone else: nothing foreign imported unless trusted
+            trust.check(config, path, trust_config, flag="trust_config=True")
     return validate(dict(config), world_size=None)
 
 
@@ -175,13 +179,15 @@ def build_user_model(cfg, name="main", model_rank=None):
     return chainer.ChainList(*stages)
 
 
-def load_model(run_dir, name="main", model_rank=None, fmt="auto", config=None):
+def load_model(run_dir, name="main", model_rank=None, fmt="auto", config=None, trust_config=False):
     """The trained model of the run in ``run_dir``, built from its configuration and loaded safely.
 
     ``config``: the configuration to build it from (a path to a YAML file or a dict;
     default ``run_dir/config.yaml``). ``name`` picks one of a recipe's named models,
     ``model_rank`` one rank's stages of a model-parallel run (a ``ChainList``).
+    The run's own ``config.yaml`` may name only mnframe's and the recipes' ``_target_``s
+    unless ``trust_config=True`` (``mnframe.config.trust``; your own ``config=`` is trusted).
     """
-    cfg = _read_config(run_dir, config)
+    cfg = _read_config(run_dir, config, trust_config)
     model = build_user_model(cfg, name, model_rank)
     return load_params(model_file(run_dir, name, model_rank, fmt), model)

@@ -42,6 +42,37 @@ def check_config(comm, manifest, name, config_hash, config, allow_unsafe):
         )
 
 
+def model_fit(trainer, comm):
+    """``fits(directory, manifest)`` for ``CheckpointStore.select``: why this rank's own file declares
+    a parameter shape other than the model's (initialized parameters only; read from the headers,
+    nothing loaded), or None. At another world size reshard's checks apply instead."""
+    import os
+
+    from mnframe._internal.npz_read import SafeNpz
+    from mnframe.checkpoint.layout import rank_file
+
+    expected = {}  # read from the parameters themselves: no serialize() (a user's may have side effects)
+    for name, optimizer in getattr(trainer.updater, "get_all_optimizers", dict)().items():
+        for path, param in optimizer.target.namedparams():
+            if param.array is not None:
+                expected[f"updater/model:{name}/{path.lstrip('/')}"] = tuple(param.shape)
+
+    def fits(directory, manifest):
+        if manifest.world_size != comm.size or not expected:
+            return None
+        path = os.path.join(directory, rank_file(comm.rank))
+        with SafeNpz(path, stored_only=True) as npz:
+            for key, shape in expected.items():
+                if key in npz and npz.declared(key)[0] != shape:
+                    return (
+                        f"{path}: entry {key!r} has shape {npz.declared(key)[0]} but the model being resumed has "
+                        f"{shape}, as the checkpoints before it have"
+                    )
+        return None
+
+    return fits
+
+
 def check_signature(comm, manifest, secret, where):
     """Refuse (UnsafeFile, status 2, on every rank) a checkpoint whose signature does not verify."""
     problem = signing.problem(manifest, secret, where)
@@ -52,7 +83,8 @@ def resume(trainer, store, cfg, mode="auto", config_hash=None, config=None):
     """Load the checkpoint chosen by ``mode`` (auto/must/never) and ``cfg`` (load/verify)
     into ``trainer``; return its name or None."""
     secret = signing.key()
-    chosen = store.select(mode, cfg.load, cfg.verify or secret is not None)  # a signature covers hashes
+    # a signature covers hashes; a newer checkpoint whose parameters do not fit the model is refused
+    chosen = store.select(mode, cfg.load, cfg.verify or secret is not None, fits=model_fit(trainer, store.comm))
     if chosen is None:
         return None
     name, manifest = chosen

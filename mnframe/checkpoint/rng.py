@@ -187,6 +187,9 @@ def _apply_op(name, arg, stack, memo):
     return True
 
 
+RNG_PYTHON_LIMIT = 1 << 16  # a pickled random.getstate() is about 8 KiB
+
+
 def legacy_python_state(data, where=("the checkpoint", "python")):
     """The ``random.getstate()`` tuple pickled in ``data``, read without unpickling.
 

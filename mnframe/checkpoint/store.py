@@ -24,13 +24,15 @@ import os
 import re
 import shutil
 import sys
+import uuid
 
 from mnframe._internal.npz_write import WriteFailed
-from mnframe.checkpoint import signing
-from mnframe.checkpoint.manifest import MANIFEST, FileEntry, Manifest, check_file, outside_problem, sha256_file
+from mnframe.checkpoint import admit, signing
+from mnframe.checkpoint.manifest import MANIFEST, FileEntry, Manifest, outside_problem, sha256_file
 from mnframe.communicators import host_collectives
 from mnframe.runtime.errors import CheckpointError, ConfigError, SaveError
 from mnframe.runtime.fs import atomic_write_text, fsync_dir
+from mnframe.runtime.safe_paths import LinkRefused, refuse_links
 
 _NAME_RE = re.compile(r"^iter_(\d{8,})$")
 DAMAGED_SUFFIX = ".damaged"  # iter_N.damaged (.2, .3 ...): moved aside, never deleted, not a checkpoint
@@ -63,14 +65,47 @@ def write_error(rank, directory, exc):
 class CheckpointStore:
     """The checkpoints of one run, shared by all ranks of ``comm``."""
 
-    def __init__(self, root, comm):
+    def __init__(self, root, comm, base=None):
         self.root = os.path.abspath(os.fspath(root))
+        # the run directory: no component between it and root may be a link (default: root itself)
+        self.base = os.path.abspath(os.fspath(base)) if base is not None else os.path.dirname(self.root)
         self.comm = comm  # a mnframe or mpi4py communicator (both have rank and size)
         self.unusable = {}  # checkpoint name -> why resume skipped it (kept, never collected)
         self.layout = None  # recorded in each manifest (mnframe.checkpoint.layout; set by attach)
+        self.run_id = None  # the run's identity: adopted from the checkpoint resumed, else new (ensure_run_id)
 
     def path(self, name):
         return os.path.join(self.root, name)
+
+    def link_problem(self):
+        """Why the checkpoint directory must not be used (it, or a directory between the run
+        directory and it, is a symbolic link: resume would read and save would write outside), or None."""
+        try:
+            refuse_links(self.base, self.root)
+        except LinkRefused as exc:
+            return f"checkpoint.dir: {exc}; to keep checkpoints elsewhere set checkpoint.dir to that absolute path"
+        return None
+
+    def check_root(self):
+        """``LinkRefused`` on every rank when ``link_problem`` finds one on rank 0 (collective)."""
+        link = self.link_problem() if self.comm.rank == 0 else None
+        link = host_collectives.bcast_obj(self.comm, link, name="checkpoint.bcast_obj")
+        if link:
+            raise LinkRefused(link)
+
+    def ensure_run_id(self):
+        """Give a run that did not resume one an identity (collective: rank 0 draws it)."""
+        if self.run_id is None:
+            drawn = uuid.uuid4().hex if self.comm.rank == 0 else None
+            self.run_id = host_collectives.bcast_obj(self.comm, drawn, name="checkpoint.bcast_obj")
+        return self.run_id
+
+    def identity(self, iteration):
+        """The entries this rank's file of checkpoint ``iteration`` carries to say whose it is
+        (none before ``ensure_run_id``)."""
+        if self.run_id is None:
+            return {}
+        return admit.identity_arrays(self.run_id, iteration, self.comm.size, self.comm.rank)
 
     # -- writing --------------------------------------------------------------
     def save(self, iteration, write_files, config_hash=None, config=None, reason="interval", keep=None):
@@ -85,15 +120,21 @@ class CheckpointStore:
         name = checkpoint_name(iteration)
         tmp = self.path(TMP_PREFIX + name)
         secret = signing.key()
-        err = None
+        err = link = None
         if rank == 0:
+            link = self.link_problem()
             try:
-                os.makedirs(self.root, exist_ok=True)
-                shutil.rmtree(tmp, ignore_errors=True)
-                os.makedirs(tmp)
+                if link is None:
+                    os.makedirs(self.root, exist_ok=True)
+                    if os.path.islink(tmp):  # planted: never write through it
+                        os.unlink(tmp)
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    os.makedirs(tmp)
             except OSError as exc:
                 err = f"cannot create {tmp}: {exc}"
-        err = host_collectives.bcast_obj(self.comm, err, name="checkpoint.bcast_obj")
+        err, link = host_collectives.bcast_obj(self.comm, (err, link), name="checkpoint.bcast_obj")
+        if link:
+            raise LinkRefused(f"checkpoint {name} not written: {link}")
         if err:
             raise SaveError(f"checkpoint {name} not written: {err}{self._kept()}")
 
@@ -122,6 +163,7 @@ class CheckpointStore:
                     config=config,
                     reason=reason,
                     layout=self.layout,
+                    run_id=self.run_id,
                 ),
                 secret,
                 keep,
@@ -260,10 +302,10 @@ class CheckpointStore:
 
     def scan(self):
         """[(name, Manifest or the reason it is unusable)], newest first, identical on all ranks."""
-        listing = None
+        listing = link = None
         if self.comm.rank == 0:
-            listing = []
-            for name in self.committed():
+            listing, link = [], self.link_problem()
+            for name in [] if link else self.committed():
                 outside = outside_problem(self.root, name, is_dir=True)
                 if outside:
                     listing.append((name, outside))
@@ -274,44 +316,61 @@ class CheckpointStore:
                     listing.append((name, f"{self.path(name)} has no {MANIFEST} (incomplete)"))
                 except Exception as exc:
                     listing.append((name, f"{self.path(name)}/{MANIFEST} is unreadable: {exc}"))
-        return host_collectives.bcast_obj(self.comm, listing, name="checkpoint.bcast_obj")
+        listing, link = host_collectives.bcast_obj(self.comm, (listing, link), name="checkpoint.bcast_obj")
+        if link:  # the same one line on every rank, status 2
+            raise LinkRefused(link)
+        return listing
 
-    def verify(self, name, manifest):
-        """Every problem with checkpoint ``name``'s files (collective: ranks share the hashing)."""
+    def verify(self, name, manifest, hashed=True):
+        """Every problem with checkpoint ``name``'s files: ``admit.problems``, the checks
+        ``checkpoint verify`` runs (hashes unless not ``hashed``, safe contents, each rank file's
+        identity). Collective: the ranks share the files and then the verdict, so every rank
+        decides the same before any collective that depends on the files."""
         names = sorted(manifest.files)
         mine = [names[i] for i in range(self.comm.rank, len(names), self.comm.size)]
-        problems = [p for f in mine if (p := check_file(self.path(name), f, manifest.files[f]))]
+        problems = admit.problems(self.path(name), manifest, mine, hashed=hashed)
         parts = host_collectives.allgather_obj(self.comm, problems, name="checkpoint.allgather_obj")
         return sorted(p for part in parts for p in part)
 
-    def select(self, resume="auto", load=None, verify=True):
+    def select(self, resume="auto", load=None, verify=True, fits=None):
         """The checkpoint to resume from as (name, Manifest), or None (collective).
 
         ``load`` names one checkpoint exactly: it is used or we fail naming the
         damaged file and its rank. Otherwise the newest good one is used,
         reporting every newer one that was skipped; ``resume='must'`` fails
-        when there is none, ``'never'`` always starts fresh.
+        when there is none, ``'never'`` always starts fresh. ``fits(directory,
+        manifest)``: why this rank's file does not fit the model being resumed, or
+        None; a newer checkpoint that does not fit while an older one does is refused
+        like a damaged one (a planted shape); when none fits, the newest is returned
+        (the configuration changed: the configuration check and the load say so).
         """
         if load is None and resume == "never":
+            self.check_root()  # a linked checkpoint directory is refused before training, not at the first save
             return None
         listing = self.scan()
         if load is not None:
             return self._select_exact(load, listing, verify)
-        skipped = []
+        skipped, misfits = [], []
         for name, manifest in listing:
             if isinstance(manifest, str):
                 skipped.append(f"skipped {name}: {manifest}")
                 self.unusable[name] = manifest
                 continue
-            problems = self.verify(name, manifest) if verify else []
-            if problems:
+            problems = self.verify(name, manifest, hashed=verify)
+            if problems:  # damaged or refused (foreign, unsafe): moved aside, the previous one is tried
                 skipped.append(f"skipped {name}: " + "; ".join(problems))
-                self.unusable[name] = "resume found it damaged: " + "; ".join(problems)
+                self.unusable[name] = "resume found it damaged or refused it: " + "; ".join(problems)
                 continue
-            if skipped and self.comm.rank == 0:
-                _say("\n  ".join(skipped + [f"falling back to the previous good checkpoint {name}"]))
-                self._move_damaged_aside()
-            return name, manifest
+            misfit = self._misfit(fits, name, manifest)
+            if misfit:
+                misfits.append((name, manifest, misfit))
+                continue
+            for newer, _, why in misfits:  # it fits while they do not: their shapes were planted
+                skipped.append(f"skipped {newer}: {why}")
+                self.unusable[newer] = "resume refused it: " + why
+            return self._chosen(name, manifest, skipped)
+        if misfits:  # none fits the model: its configuration changed, said by the checks that follow
+            return self._chosen(misfits[0][0], misfits[0][1], skipped)
         detail = ("\n  " + "\n  ".join(skipped)) if skipped else ""
         if resume == "must":
             raise ConfigError(
@@ -323,6 +382,24 @@ class CheckpointStore:
             _say(f"no usable checkpoint, starting from scratch:{detail}")
             self._move_damaged_aside()
         return None
+
+    def _chosen(self, name, manifest, skipped):
+        self.run_id = manifest.run_id or self.run_id  # the run goes on: the same identity
+        if skipped and self.comm.rank == 0:
+            _say("\n  ".join(skipped + [f"falling back to the previous good checkpoint {name}"]))
+            self._move_damaged_aside()
+        return name, manifest
+
+    def _misfit(self, fits, name, manifest):
+        """Why checkpoint ``name`` does not fit the model being resumed on some rank, or None (collective)."""
+        if fits is None:
+            return None
+        try:
+            problem = fits(self.path(name), manifest)
+        except Exception as exc:  # an unreadable file was refused by verify already; be safe
+            problem = f"{self.path(name)}: {type(exc).__name__}: {exc}"
+        parts = host_collectives.allgather_obj(self.comm, problem, name="checkpoint.allgather_obj")
+        return next((p for p in parts if p), None)
 
     def _move_damaged_aside(self):
         """Rank 0, after resume skipped damaged checkpoints: move each aside, so that the run
@@ -342,7 +419,8 @@ class CheckpointStore:
         manifest = found[load]
         if isinstance(manifest, str):
             raise CheckpointError(f"checkpoint {load!r} cannot be loaded: {manifest}")
-        problems = self.verify(load, manifest) if verify else []
+        problems = self.verify(load, manifest, hashed=verify)
         if problems:
             raise CheckpointError(f"checkpoint {load!r} cannot be loaded: " + "; ".join(problems))
+        self.run_id = manifest.run_id or self.run_id
         return load, manifest

@@ -7,9 +7,10 @@ world size each rank loads its own file: an exact resume. With a different
 world size every rank loads the file of a rank that ran the same model-parallel
 stage (``mnframe.checkpoint.reshard``; rank 0's for data parallelism) but skips the
 per-rank parts (iterator positions and random states): the data is re-sharded and
-iterators start their epoch over, keeping the epoch count (``keep_epochs``). Files are
-read with ``mnframe._internal.npz_read`` (no pickle, bounded sizes): a file that could run
-code is refused on every rank with status 2.
+iterators start their epoch over, keeping the epoch count (``keep_epochs``). Files are read with
+``mnframe._internal.npz_read`` (no pickle, bounded sizes, uncompressed only, no entry larger than
+the array it fills): a file that could run code is refused on every rank with status 2. The store
+checks every file first (``admit``), so a refused checkpoint is normally skipped before it gets here.
 """
 
 import os
@@ -30,11 +31,12 @@ RNG_KEY = "mnframe_rng"
 PER_RANK_KEYS = ("updater/iterator:", f"/{RNG_KEY}/", f"/{POWERSGD_KEY}/")
 
 
-def save_trainer(directory, trainer, rank):
-    """Write this rank's trainer state; return the file names written.
+def save_trainer(directory, trainer, rank, identity=None):
+    """Write this rank's trainer state (plus ``identity``, ``admit.identity_arrays``: whose file
+    it is, inside the hashed content); return the file names written.
 
     An OSError (a full disk) becomes ``WriteFailed`` naming the path and the bytes needed."""
-    return [write_rank_arrays(directory, rank, serialize(trainer))]
+    return [write_rank_arrays(directory, rank, {**serialize(trainer), **(identity or {})})]
 
 
 def write_rank_arrays(directory, rank, arrays):
@@ -68,7 +70,7 @@ def load_trainer(directory, manifest, trainer, comm, source=None):
     try:
         unsafe = outside_problem(directory, name)
         if unsafe is None:
-            load_npz(path, trainer, ignore_names=is_per_rank if resharded else None)
+            load_npz(path, trainer, ignore_names=is_per_rank if resharded else None, stored_only=True)
             if resharded:
                 keep_epochs(path, trainer)
     except UnsafeFile as exc:

@@ -2,9 +2,12 @@
 
 ``list`` prints each committed checkpoint's iteration, reason, world size, layout and size
 (from its manifest; a missing manifest or a file of the wrong size is marked DAMAGED).
-``verify`` also checks every file's SHA-256 and, when a key is set
+``verify`` runs the checks resume runs before loading (``mnframe.checkpoint.admit``: every
+file's SHA-256, safe contents with no pickle, object array or compressed entry, each rank
+file's identity: run, iteration, world size, rank) and, when a key is set
 (``MNFRAME_CHECKPOINT_KEY(_FILE)``, see signing.py), the manifest's signature, and names
-each damaged file. Neither starts MPI nor changes anything. Exit status: 0 all well,
+each damaged or refused file: a checkpoint it calls ok is one resume loads. Neither starts
+MPI nor changes anything. Exit status: 0 all well,
 1 something damaged, 2 bad input (no such directory, not a run directory, bad arguments;
 one line, no traceback). RUN_DIR is a run directory (its ``config.yaml`` names
 ``checkpoint.dir``) or a checkpoint directory itself.
@@ -13,11 +16,12 @@ one line, no traceback). RUN_DIR is a run directory (its ``config.yaml`` names
 import os
 import sys
 
-from mnframe.checkpoint import signing
+from mnframe.checkpoint import admit, signing
 from mnframe.checkpoint.layout import describe, layout_of
-from mnframe.checkpoint.manifest import MANIFEST, Manifest, check_file, outside_problem
+from mnframe.checkpoint.manifest import MANIFEST, Manifest, outside_problem
 from mnframe.checkpoint.store import _DAMAGED_RE, _NAME_RE, TMP_PREFIX
 from mnframe.runtime.errors import ConfigError
+from mnframe.runtime.safe_paths import refuse_links
 from mnframe.runtime.sizes import human_bytes
 
 USAGE = "usage: python -m mnframe checkpoint {list,verify} RUN_DIR [iter_N ...]"
@@ -42,9 +46,14 @@ def checkpoint_root(run_dir):
         return run_dir
     config = os.path.join(run_dir, "config.yaml")
     if os.path.isfile(config):
-        return os.path.join(run_dir, _configured_dir(config))
-    if os.path.isdir(os.path.join(run_dir, "checkpoints")):
-        return os.path.join(run_dir, "checkpoints")
+        root = os.path.join(run_dir, _configured_dir(config))
+    elif os.path.isdir(os.path.join(run_dir, "checkpoints")):
+        root = os.path.join(run_dir, "checkpoints")
+    else:
+        root = None
+    if root is not None:
+        refuse_links(run_dir, root)  # a linked checkpoints/ is never read (LinkRefused: exit 2)
+        return root
     raise BadInput(f"{run_dir} is not a run directory: it has no config.yaml and no checkpoints/ directory")
 
 
@@ -136,13 +145,6 @@ def _size_problems(directory, manifest):
     return problems
 
 
-def _check(directory, name, entry):
-    try:
-        return check_file(directory, name, entry)
-    except OSError as exc:
-        return f"{os.path.join(directory, name)} (written by rank {entry.rank}) cannot be read: {exc}"
-
-
 def list_checkpoints(root, names=(), out=None):
     """Print the table; return the exit status."""
     out = out or sys.stdout
@@ -200,7 +202,8 @@ def verify_checkpoints(root, names=(), out=None):
         if manifest is None:
             problems = [f"{directory}: {why}"]
         else:
-            problems = [p for f in sorted(manifest.files) if (p := _check(directory, f, manifest.files[f]))]
+            problems = admit.problems(directory, manifest)  # the checks resume runs before loading
+
             if secret is not None and (bad := signing.problem(manifest, secret, directory)):
                 problems.append(bad)
         if problems:
@@ -211,8 +214,9 @@ def verify_checkpoints(root, names=(), out=None):
         else:
             files = manifest.files.values()
             signed = ", signature verified" if secret is not None else ""
+            size = human_bytes(sum(e.size for e in files))
             print(
-                f"{name}: ok ({len(files)} file(s), {human_bytes(sum(e.size for e in files))}, hashes match{signed})",
+                f"{name}: ok ({len(files)} file(s), {size}, hashes match, contents safe, rank files its own{signed})",
                 file=out,
             )
     for note in notes:

@@ -114,7 +114,13 @@ def run_dir_problem(run_dir: Optional[str]) -> Optional[str]:
     except OSError as exc:
         return str(run_dir_error(exc, run_dir))
     from mnframe.runtime import run_lock
+    from mnframe.runtime.safe_paths import LinkRefused, refuse_links
 
+    try:  # written by rank 0 alone later: a planted link is refused now, by every rank together
+        for name in RUN_DIR_OUTPUTS:
+            refuse_links(run_dir, os.path.join(run_dir, name))
+    except LinkRefused as exc:
+        return str(exc)
     return run_lock.acquire(run_dir)  # one job per run directory, until run_job ends
 
 
@@ -183,18 +189,26 @@ def _with_resumed_layout(exc: ConfigError, config, run_dir: Optional[str], world
 
 RECORD_DIR = ".hydra"  # Hydra's usual place for its config.yaml, hydra.yaml, overrides.yaml
 FAILED_FILE = "FAILED.txt"
+# what rank 0 alone writes into the run directory (never through a link: mnframe.runtime.safe_paths)
+RUN_DIR_OUTPUTS = (
+    "config.yaml",
+    f"{RECORD_DIR}/config.yaml",
+    f"{RECORD_DIR}/hydra.yaml",
+    f"{RECORD_DIR}/overrides.yaml",
+    "tensorboard",
+    "profile.json",
+)
 
 
 def record_run(run_dir: str, yaml_text: str, record: Optional[Dict[str, str]]) -> None:
     """Rank 0, once the job is accepted (config valid, checkpoint compatible):
     ``config.yaml`` and ``.hydra/`` describe the run from now on."""
-    from mnframe.runtime.fs import atomic_write_text
+    from mnframe.runtime.safe_paths import write_inside
 
     path = Path(run_dir)
-    atomic_write_text(path / "config.yaml", yaml_text)
+    write_inside(run_dir, path / "config.yaml", yaml_text.encode())  # never through a planted link
     for name, text in (record or {}).items():
-        (path / RECORD_DIR).mkdir(exist_ok=True)
-        atomic_write_text(path / RECORD_DIR / name, text)
+        write_inside(run_dir, path / RECORD_DIR / name, text.encode())
     (path / FAILED_FILE).unlink(missing_ok=True)
     log.info("run directory: %s", run_dir)
 

@@ -1,4 +1,5 @@
-"""``python -m mnframe evaluate RUN_DIR [--checkpoint NAME] [--split test|train] [--out DIR] [key=value ...]``
+"""``python -m mnframe evaluate RUN_DIR [--checkpoint NAME] [--split test|train] [--out DIR] [--trust-config]
+[key=value ...]``
 
 Evaluates a finished or interrupted run on its validation data (or on the data the
 ``key=value`` overrides of its ``config.yaml`` name, e.g. ``dataset.source.path=...``).
@@ -9,7 +10,9 @@ model). Data parallel: each data-parallel rank takes a contiguous shard of the s
 each reported metric times its batch size; the sums and counts are gathered, so the
 metrics are example-weighted means over the whole split, whatever the number of ranks.
 Model-parallel recipes run as in training (receive-only ranks on an empty dataset).
-Rank 0 writes ``eval/metrics.json`` in the run directory and prints a table.
+Rank 0 writes ``eval/metrics.json`` in the run directory (never through a link) and prints a table.
+A config naming ``_target_``s outside mnframe and its recipes is refused unless
+``--trust-config`` (``mnframe.config.trust``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from mnframe.runtime.errors import ConfigError
+from mnframe.runtime.safe_paths import LinkRefused, open_dir, refuse_links, write_inside
 
 SPLITS = ("test", "train")
 PREFIX = "validation/"  # the metric names of training's evaluator (validation/main/accuracy, ...)
@@ -38,7 +42,27 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--checkpoint", default=None, metavar="NAME|last")
     parser.add_argument("--split", default="test", choices=SPLITS)
     parser.add_argument("--out", default=None, metavar="DIR")
+    parser.add_argument("--trust-config", action="store_true")  # import what config.yaml names (config/trust.py)
     return parser.parse_intermixed_args(list(argv))
+
+
+def check_output(world, run_dir: str, out: str) -> None:
+    """Before any work: rank 0 makes sure ``out`` can be written without following a link
+    (its directory inside ``run_dir`` created component by component, ``out`` itself not a
+    link); every rank raises the same ``LinkRefused`` (status 2) otherwise."""
+    from mnframe.communicators.host_collectives import share_verdict
+    from mnframe.communicators.verdict import first
+
+    error = None
+    if world.rank == 0:
+        try:
+            refuse_links(run_dir, out)
+            os.close(open_dir(run_dir, os.path.dirname(out), create=True))
+        except LinkRefused as exc:
+            error = str(exc)
+        except OSError as exc:
+            error = f"cannot write {out}: {exc}"
+    share_verdict(world, error, "output", LinkRefused, first)
 
 
 def split_of(cfg, world, split: str):
@@ -108,6 +132,8 @@ def evaluate(world, args: argparse.Namespace, has_cuda: bool) -> Optional[Dict]:
     from mnframe.datasets.empty import create_empty_dataset
 
     run_dir = os.path.abspath(args.run_dir)
+    out = os.path.join(os.path.abspath(args.out or os.path.join(run_dir, "eval")), "metrics.json")
+    check_output(world, run_dir, out)
     trained = open_run(world, args, has_cuda, "evaluate")
     cfg, comms = trained.cfg, trained.comms
     data = split_of(cfg, comms.world, args.split)
@@ -130,13 +156,10 @@ def evaluate(world, args: argparse.Namespace, has_cuda: bool) -> Optional[Dict]:
         "overrides": list(args.overrides),
         "metrics": metrics,
     }
-    out = os.path.abspath(args.out or os.path.join(run_dir, "eval"))
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "metrics.json"), "w") as f:
-        json.dump(record, f, indent=2)
+    write_inside(run_dir, out, (json.dumps(record, indent=2) + "\n").encode())  # never through a link
     print(
         f"evaluated {run_dir} ({trained.source}) on {len(data)} {args.split} examples, "
-        f"{comms.world.size} rank(s):\n{table(metrics)}\nwritten to {os.path.join(out, 'metrics.json')}"
+        f"{comms.world.size} rank(s):\n{table(metrics)}\nwritten to {out}"
     )
     sys.stdout.flush()
     return record

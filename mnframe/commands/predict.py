@@ -1,4 +1,5 @@
-"""``python -m mnframe predict RUN_DIR INPUT [--out FILE] [--checkpoint NAME] [--batch-size N] [key=value ...]``
+"""``python -m mnframe predict RUN_DIR INPUT [--out FILE] [--checkpoint NAME] [--batch-size N] [--trust-config]
+[key=value ...]``
 
 Runs a trained run's model (rebuilt as ``mnframe.commands.trained`` does) on new inputs:
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import os
 import sys
 from typing import Any, List, Optional, Sequence, Tuple
@@ -31,7 +33,7 @@ import numpy as np
 
 from mnframe.commands.evaluate import _Parser
 from mnframe.runtime.errors import ConfigError
-from mnframe.runtime.fs import atomic_path
+from mnframe.runtime.safe_paths import write_inside
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 OUT_SUFFIXES = (".npz", ".csv")
@@ -45,6 +47,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--out", default=None, metavar="FILE.npz|FILE.csv")
     parser.add_argument("--checkpoint", default=None, metavar="NAME|last")
     parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--trust-config", action="store_true")  # import what config.yaml names (config/trust.py)
     args = parser.parse_intermixed_args(list(argv))
     if args.batch_size is not None and args.batch_size < 1:
         raise ConfigError(f"--batch-size: must be a positive number of examples (got {args.batch_size})")
@@ -178,41 +181,44 @@ def forward(predictor, x: Optional[np.ndarray], n: int, batch_size: int, device,
     return np.concatenate(outputs) if outputs else None
 
 
-def write(path: str, ids: np.ndarray, y: np.ndarray) -> None:
+def write(path: str, ids: np.ndarray, y: np.ndarray, base: Optional[str] = None) -> None:
+    """Publish the outputs as ``path`` (atomically: an interruption never leaves half a file),
+    never through a link inside ``base`` (the run directory; ``mnframe.runtime.fs.write_inside``)."""
     label = y.argmax(axis=1) if y.ndim == 2 and y.shape[1] > 1 and y.dtype.kind == "f" else None
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with atomic_path(path) as tmp:  # an interruption never leaves half a file
-        _write_table(tmp, path.endswith(".csv"), ids, y, label)
+    path = os.path.abspath(path)
+    write_inside(base or os.path.dirname(path), path, _table(path.endswith(".csv"), ids, y, label))
 
 
-def _write_table(tmp, as_csv, ids, y, label):
+def _table(as_csv, ids, y, label) -> bytes:
     if as_csv:
         flat = y.reshape(len(y), -1)
-        with open(tmp, "w", newline="") as f:
-            writer = csv.writer(f)
+        f = io.StringIO(newline="")
+        writer = csv.writer(f)
+        writer.writerow(["id"] + (["label"] if label is not None else []) + [f"y_{i}" for i in range(flat.shape[1])])
+        for i in range(len(y)):
             writer.writerow(
-                ["id"] + (["label"] if label is not None else []) + [f"y_{i}" for i in range(flat.shape[1])]
+                [ids[i]] + ([int(label[i])] if label is not None else []) + [repr(float(v)) for v in flat[i]]
             )
-            for i in range(len(y)):
-                writer.writerow(
-                    [ids[i]] + ([int(label[i])] if label is not None else []) + [repr(float(v)) for v in flat[i]]
-                )
-    else:
-        arrays = {"ids": ids, "y": y}
-        if label is not None:
-            arrays["label"] = label
-        with open(tmp, "wb") as f:  # a file object: savez would add ".npz" to the temporary name
-            np.savez(f, **arrays)
+        return f.getvalue().encode()
+    arrays = {"ids": ids, "y": y}
+    if label is not None:
+        arrays["label"] = label
+    f = io.BytesIO()
+    np.savez(f, **arrays)
+    return f.getvalue()
 
 
 def predict(world, args: argparse.Namespace, has_cuda: bool) -> Optional[str]:
     """Predict on every rank; rank 0 writes the file and returns its path."""
-    from mnframe.commands.evaluate import split_of
+    from mnframe.commands.evaluate import check_output, split_of
     from mnframe.commands.trained import open_run, shard_bounds
     from mnframe.communicators.host_collectives import allgather_obj, share_verdict
     from mnframe.communicators.verdict import first
 
     run_dir = os.path.abspath(args.run_dir)
+    stem = os.path.splitext(os.path.basename(os.path.normpath(args.input)))[0]
+    out = os.path.abspath(args.out or os.path.join(run_dir, "predict", f"{stem}.npz"))
+    check_output(world, run_dir, out)  # a linked predict/ or output file: refused before any work
     trained = open_run(world, args, has_cuda, "predict")
     cfg, comms = trained.cfg, trained.comms
     example = split_of(cfg, comms.world, "test")[0]
@@ -237,9 +243,7 @@ def predict(world, args: argparse.Namespace, has_cuda: bool) -> Optional[str]:
     y = np.concatenate([shards[b] for b in sorted(shards)])
     if len(y) != len(x):  # cannot happen: every example is in exactly one shard
         raise RuntimeError(f"predict gathered {len(y)} outputs for {len(x)} inputs")
-    stem = os.path.splitext(os.path.basename(os.path.normpath(args.input)))[0]
-    out = os.path.abspath(args.out or os.path.join(run_dir, "predict", f"{stem}.npz"))
-    write(out, ids, y)
+    write(out, ids, y, base=run_dir)
     print(f"predicted {len(y)} example(s) of {args.input} with {run_dir} ({trained.source}): written to {out}")
     sys.stdout.flush()
     return out

@@ -36,8 +36,10 @@ def apply_overrides(config: Dict[str, Any], overrides: Sequence[str]) -> Dict[st
     return OmegaConf.to_container(merged, resolve=True)
 
 
-def read_run_config(run_dir: str, overrides: Sequence[str]) -> str:
-    """The YAML of the run's ``config.yaml`` with ``overrides`` applied (ConfigError when unreadable)."""
+def read_run_config(run_dir: str, overrides: Sequence[str], trust_config: bool = False) -> str:
+    """The YAML of the run's ``config.yaml`` with ``overrides`` applied (ConfigError when unreadable,
+    ``UntrustedConfig`` when it names code outside mnframe and its recipes without ``trust_config``)."""
+    from mnframe.config import trust
     from mnframe.config.compose import from_yaml, to_yaml
 
     path = os.path.join(run_dir, "config.yaml")
@@ -49,17 +51,18 @@ def read_run_config(run_dir: str, overrides: Sequence[str]) -> str:
         config = from_yaml(open(path).read())
     except Exception as exc:
         raise ConfigError(f"{path} cannot be read: {exc}") from None
+    trust.check(config, path, trust_config, overridden=overrides)  # before anything is imported
     return to_yaml(apply_overrides(config, overrides))
 
 
-def shared_run_config(world, run_dir: str, overrides: Sequence[str]) -> str:
+def shared_run_config(world, run_dir: str, overrides: Sequence[str], trust_config: bool = False) -> str:
     """Rank 0 reads the run's config; every rank gets it, or the same ConfigError."""
     from mnframe.communicators.host_collectives import bcast_obj
 
     message = None
     if world.rank == 0:
         try:
-            message = (read_run_config(run_dir, overrides), None)
+            message = (read_run_config(run_dir, overrides, trust_config), None)
         except ConfigError as exc:
             message = (None, str(exc))
     yaml_text, error = bcast_obj(world, message, name="trained.config")
@@ -81,13 +84,22 @@ def load_weights(path: str, link, prefix: str = "") -> Optional[str]:
 
     from mnframe._internal.npz_read import SafeNpz
 
-    try:
-        with SafeNpz(path) as archive:
-            arrays = {k[len(prefix) :]: archive[k] for k in archive.files if k.startswith(prefix)}
-    except Exception as exc:
-        return f"{path} cannot be read as a model file ({type(exc).__name__}: {exc})"
     where = os.path.basename(path) + (f" ({prefix.rstrip('/')})" if prefix else "")
     wanted = {name.lstrip("/"): param for name, param in link.namedparams()}
+    try:
+        with SafeNpz(path) as archive:
+            keys = [k for k in archive.files if k.startswith(prefix)]
+            for name, param in wanted.items():  # the declared shapes first: nothing larger is allocated
+                declared = archive.declared(prefix + name)[0] if prefix + name in archive else None
+                if declared is not None and param.array is not None and declared != tuple(param.shape):
+                    return (
+                        f"parameter {name} has shape {declared} in {where} but "
+                        f"{tuple(param.shape)} in the model built from config.yaml: the model settings "
+                        f"(model.* / topology) differ from the run that wrote it"
+                    )
+            arrays = {k[len(prefix) :]: archive[k] for k in keys}
+    except Exception as exc:
+        return f"{path} cannot be read as a model file ({type(exc).__name__}: {exc})"
     for name, param in wanted.items():
         if name not in arrays:
             return (
@@ -134,7 +146,7 @@ def weight_source(run_dir: str, cfg, comms, user: Dict[str, Any], checkpoint: Op
     have_all = all(os.path.isfile(p) for p in exported.values())
     if checkpoint is None and all(world_bool for world_bool in _allgather(comms.world, have_all)):
         return {name: (path, "") for name, path in exported.items()}, ", ".join(sorted(files))
-    store = CheckpointStore(os.path.join(run_dir, cfg.checkpoint.dir), comms.world)
+    store = CheckpointStore(os.path.join(run_dir, cfg.checkpoint.dir), comms.world, base=run_dir)
     if checkpoint is None:
         missing = sorted(f for f, n in files.items() if not os.path.isfile(exported[n]))
         why = f"{', '.join(missing)} not found in {run_dir} (an interrupted run?)"
@@ -191,7 +203,9 @@ def with_import_hint(text: str) -> str:
     )
 
 
-def build_trained(world, run_dir: str, overrides: Sequence[str], checkpoint: Optional[str], has_cuda: bool) -> Trained:
+def build_trained(
+    world, run_dir: str, overrides: Sequence[str], checkpoint: Optional[str], has_cuda: bool, trust_config: bool = False
+) -> Trained:
     """The run's model on every rank, its weights loaded (ConfigError on every rank otherwise)."""
     from mnframe.builder.communicator import build_communicators
     from mnframe.builder.model import build_models, rank_plan, user_models
@@ -202,7 +216,7 @@ def build_trained(world, run_dir: str, overrides: Sequence[str], checkpoint: Opt
     from mnframe.pipeline import seed_everything
     from mnframe.runtime import threads
 
-    yaml_text = shared_run_config(world, run_dir, overrides)
+    yaml_text = shared_run_config(world, run_dir, overrides, trust_config)
     try:
         cfg, config, _ = agree_on_config(world, yaml_text, has_cuda)
     except ConfigError as exc:  # raised on every rank: so is the longer one
@@ -227,7 +241,8 @@ def build_trained(world, run_dir: str, overrides: Sequence[str], checkpoint: Opt
 def open_run(world, args, has_cuda: bool, command: str) -> Trained:
     """``build_trained`` for a command on ``args.run_dir`` (evaluate, predict), which runs the model
     named ``main``: ConfigError on every rank when the recipe has none."""
-    trained = build_trained(world, os.path.abspath(args.run_dir), args.overrides, args.checkpoint, has_cuda)
+    trust = getattr(args, "trust_config", False)
+    trained = build_trained(world, os.path.abspath(args.run_dir), args.overrides, args.checkpoint, has_cuda, trust)
     if "main" not in trained.user:
         raise ConfigError(f"{command} runs the model named main; this recipe's models are {', '.join(trained.user)}")
     return trained

@@ -40,6 +40,9 @@ class TensorBoardReport(extension.Extension):
 
         if self._log_dir is None:
             self._log_dir = os.path.join(trainer.out, "tensorboard")
+        from mnframe.runtime.safe_paths import refuse_links
+
+        refuse_links(trainer.out, self._log_dir)  # a planted link: never write through it (status 2)
         self._written = len(trainer.get_extension(self._log_report).log)  # resumed entries
         # tensorboardX names files by the second they were opened: a resume within the same
         # second would overwrite the first run's file, so the suffix says where this one starts

@@ -47,6 +47,11 @@ def _default_mode():
 _DEFAULT_MODE = _default_mode()
 
 
+def default_mode():
+    """The mode of a published file: 0666 & ~umask (read at import time)."""
+    return _DEFAULT_MODE
+
+
 def _fsync_file(path):
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -64,7 +69,8 @@ def atomic_path(path, fsync=True):
     file is fsynced and atomically renamed onto ``path``; if the block raises,
     the temporary file is removed and ``path`` is left untouched.
     The temporary name starts with ``.`` and ends with ``.tmp`` so directory
-    scans that look for finished files can skip it.
+    scans that look for finished files can skip it. (Into a run directory someone else
+    may have written: ``mnframe.runtime.safe_paths``.)
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))

@@ -181,6 +181,15 @@ SETTINGS = (
         True,
     ),
     Setting(
+        "MNFRAME_UNSAFE_NO_LOCK",
+        "flag",
+        "0",
+        "`1`: run even when the run directory's `.mnframe.lock` cannot be taken safely (a link, not a regular "
+        "file, no `flock` on the file system); two jobs in one directory are then not prevented",
+        flag,
+        False,
+    ),
+    Setting(
         "MNFRAME_CHECKPOINT_KEY",
         "text, 16+ characters",
         "unset",

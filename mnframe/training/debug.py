@@ -75,6 +75,8 @@ def report_profile(timer: PhaseTimer, world, run_dir: str) -> List[Dict[str, flo
     if world.rank == 0:
         text = format_profile(rows)
         print(f"mnframe profile ({rows[0]['iterations']} iterations, {len(rows)} rank(s)):\n{text}", flush=True)
-        with open(os.path.join(run_dir, "profile.json"), "w", encoding="utf-8") as f:
-            json.dump({"ms_per_iteration": rows, "slowest_rank": slowest_rank(rows)}, f, indent=1)
+        from mnframe.runtime.safe_paths import write_inside
+
+        record = json.dumps({"ms_per_iteration": rows, "slowest_rank": slowest_rank(rows)}, indent=1)
+        write_inside(run_dir, os.path.join(run_dir, "profile.json"), record.encode())
     return rows

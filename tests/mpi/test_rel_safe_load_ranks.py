@@ -1,5 +1,7 @@
 """A malicious entry in the last rank's checkpoint file is refused on every rank with the same
-one-line message (a shared verdict), and nothing runs (issue 27), on 3 ranks."""
+one-line message (a shared verdict), and nothing runs (issue 27), on 3 ranks. Since issue 38 a
+refused checkpoint is treated as a damaged one: resume=auto moves it aside and loads the previous
+checkpoint; checkpoint.load naming it fails on every rank with the same message."""
 
 import io
 import json
@@ -48,16 +50,16 @@ def _trainer(out, stop):
 
 
 def test_entry_planted_in_the_last_ranks_file_is_refused_everywhere(mpi_comm, shared_dir):
-    from mnframe._internal.npz_read import UnsafeFile
     from mnframe.checkpoint.attach import attach
     from mnframe.checkpoint.manifest import sha256_file
+    from mnframe.runtime.errors import CheckpointError
 
     rank, size = mpi_comm.rank, mpi_comm.size
-    trainer = _trainer(shared_dir, 2)
+    trainer = _trainer(shared_dir, 4)
     attach(trainer, {"interval": 2}, shared_dir, mpi_comm)
     trainer.run()
     mpi_comm.Barrier()
-    directory = os.path.join(shared_dir, "checkpoints", "iter_00000002")
+    directory = os.path.join(shared_dir, "checkpoints", "iter_00000004")
     victim = os.path.join(directory, f"rank_{size - 1:05d}.npz")
     marker = os.path.join(shared_dir, "pwned")
     key = "updater/optimizer:main/predictor/W/v"
@@ -77,9 +79,13 @@ def test_entry_planted_in_the_last_ranks_file_is_refused_everywhere(mpi_comm, sh
         open(manifest_path, "w").write(json.dumps(manifest))
     mpi_comm.Barrier()
 
-    with pytest.raises(UnsafeFile) as info:
-        attach(_trainer(shared_dir, 4), {"interval": 2}, shared_dir, mpi_comm)
+    with pytest.raises(CheckpointError) as info:
+        attach(_trainer(shared_dir, 6), {"interval": 2, "load": "iter_00000004"}, shared_dir, mpi_comm)
     message = str(info.value)
     assert victim in message and repr(key + ".npy") in message and "\n" not in message
     assert len(set(mpi_comm.allgather(message))) == 1  # the same verdict on every rank
+    ext = attach(_trainer(shared_dir, 6), {"interval": 2}, shared_dir, mpi_comm)
+    assert mpi_comm.allgather(ext.resumed_from) == ["iter_00000002"] * size
+    mpi_comm.Barrier()
+    assert os.path.isdir(directory + ".damaged")
     assert not os.path.exists(marker)

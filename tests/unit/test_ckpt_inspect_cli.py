@@ -17,9 +17,9 @@ from mnframe.commands import checkpoint_inspect as inspect_cli
 def _write(payload):
     def write(tmp):
         for rank in (0, 1):
-            with open(os.path.join(tmp, f"rank_{rank:05d}.npz"), "wb") as f:
+            with open(os.path.join(tmp, f"rank_{rank:05d}.bin"), "wb") as f:
                 f.write(payload + bytes([rank]))
-        return ["rank_00000.npz", "rank_00001.npz"]
+        return ["rank_00000.bin", "rank_00001.bin"]
 
     return write
 
@@ -67,7 +67,7 @@ def test_layout_summary_reads_a_layout_record_when_there_is_one():
 def test_verify_names_the_damaged_file_and_exits_1(run_dir, capsys):
     assert inspect_cli.main(["verify", str(run_dir)]) == 0
     assert "all 2 checkpoint(s) verified" in capsys.readouterr().out
-    victim = run_dir / "ckpts" / "iter_00000004" / "rank_00001.npz"
+    victim = run_dir / "ckpts" / "iter_00000004" / "rank_00001.bin"
     data = bytearray(victim.read_bytes())
     data[10] ^= 1
     victim.write_bytes(bytes(data))

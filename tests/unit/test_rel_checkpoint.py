@@ -26,9 +26,9 @@ def SoloComm():
 
 def _writer(payload):
     def write(tmp):
-        with open(os.path.join(tmp, "rank_00000.npz"), "wb") as f:
+        with open(os.path.join(tmp, "rank_00000.bin"), "wb") as f:
             f.write(payload)
-        return ["rank_00000.npz"]
+        return ["rank_00000.bin"]
 
     return write
 
@@ -45,7 +45,7 @@ def test_save_commits_with_manifest_and_keeps_newest(store):
     assert store.committed() == ["iter_00000015", "iter_00000010", "iter_00000005"]
     m = Manifest.read(store.path("iter_00000015"))
     assert m.iteration == 15 and m.world_size == 1 and m.config_hash == "h"
-    assert m.files["rank_00000.npz"].size == len("state 15") and m.files["rank_00000.npz"].rank == 0
+    assert m.files["rank_00000.bin"].size == len("state 15") and m.files["rank_00000.bin"].rank == 0
     store.save(20, _writer(b"state 20"), keep=2)
     assert store.committed() == ["iter_00000020", "iter_00000015"]
     assert not [e for e in os.listdir(store.root) if e.startswith(".")]
@@ -57,7 +57,7 @@ def test_select_newest_good(store):
 
 
 def test_flipped_byte_falls_back_and_says_so(store, capsys):
-    path = os.path.join(store.path("iter_00000015"), "rank_00000.npz")
+    path = os.path.join(store.path("iter_00000015"), "rank_00000.bin")
     data = bytearray(open(path, "rb").read())
     data[0] ^= 1
     open(path, "wb").write(bytes(data))
@@ -66,7 +66,7 @@ def test_flipped_byte_falls_back_and_says_so(store, capsys):
     name, _ = store.select("auto")
     assert name == "iter_00000010"
     err = capsys.readouterr().err
-    assert "rank_00000.npz (written by rank 0) has a wrong SHA-256" in err and "falling back" in err
+    assert "rank_00000.bin (written by rank 0) has a wrong SHA-256" in err and "falling back" in err
     assert f"moved aside to {store.path('iter_00000015.damaged')}" in err  # issue 30: never overwritten
 
 
@@ -80,7 +80,7 @@ def test_missing_manifest_and_temp_dirs_are_never_loaded(store):
 
 
 def test_truncated_file_detected(store):
-    path = os.path.join(store.path("iter_00000015"), "rank_00000.npz")
+    path = os.path.join(store.path("iter_00000015"), "rank_00000.bin")
     open(path, "wb").write(b"st")
     assert store.select("auto")[0] == "iter_00000010"
 
