@@ -5,6 +5,7 @@ import logging
 
 from mnframe._import_path import resolve as _resolve  # "module:Class" -> the class
 from mnframe.communicators import config, registry
+from mnframe.runtime import mpi_start
 
 log = logging.getLogger("mnframe.communicators")
 SHARED_GPU_NAME = "non_cuda_aware"  # averages through host memory: any number of ranks per GPU
@@ -48,6 +49,7 @@ def create_communicator(communicator_name=None, mpi_comm=None, allreduce_grad_dt
         from mpi4py import MPI
 
         mpi_comm = MPI.COMM_WORLD
+    mpi_start.verify()  # MPI started after import (rc.initialize=False): the launcher/MPI verdict now
     name = default_name(mpi_comm) if communicator_name is None else communicator_name
     _check_name(name)
     config.check("allreduce_grad_dtype", allreduce_grad_dtype)
