@@ -147,16 +147,23 @@ def mpi4py_library() -> str:
     return MPI.Get_library_version().strip()
 
 
+def abi_dispatching() -> bool:
+    """Whether mpi4py's ``MPI`` module is one of the per-ABI modules of PyPI's wheels
+    (``MPI.mpich.cpython-311-...so``, ``MPI.openmpi...``), which load whichever MPI library they
+    find at run time, rather than the one module a build against one MPI makes (``MPI.cpython-...so``)."""
+    import importlib.machinery
+
+    name = os.path.basename(sys.modules["mpi4py.MPI"].__file__)
+    return not any(name == "MPI" + suffix for suffix in importlib.machinery.EXTENSION_SUFFIXES)
+
+
 def check_build(mpicc: str) -> Optional[str]:
     """None when mpi4py links the MPI ``mpicc`` builds against; else one line saying what to run."""
     try:
         linked = identify(mpi4py_library())
-        import mpi4py
-
-        built_with = mpi4py.get_config().get("mpicc")  # {} for PyPI's wheels: they load any libmpi they find
     except Exception as exc:  # not installed, or no MPI library it can load
         return f"mpi4py does not import ({exc}); build it: {rebuild_command(mpicc)}"
-    if not built_with:
+    if abi_dispatching():
         return (
             f"mpi4py is a binary wheel (it loads {linked} now, whichever MPI library it finds at run time); "
             f"build it against {mpicc}: {rebuild_command(mpicc)}"

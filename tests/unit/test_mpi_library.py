@@ -3,6 +3,8 @@
 wheel) or as the vendors print them; the comparisons doctor and set-up make; the rebuild command."""
 
 import shutil
+import sys
+import types
 
 import pytest
 
@@ -84,9 +86,7 @@ def test_rebuild_command_bypasses_the_wheel_cache():
 
 @pytest.fixture
 def source_build(monkeypatch):
-    import mpi4py
-
-    monkeypatch.setattr(mpi4py, "get_config", lambda: {"mpicc": "/usr/bin/mpicc"})
+    monkeypatch.setattr(ml, "abi_dispatching", lambda: False)
 
 
 @pytest.mark.usefixtures("source_build")
@@ -101,10 +101,14 @@ def test_check_build_names_both_and_the_command(monkeypatch):
 
 
 def test_check_build_refuses_a_binary_wheel(monkeypatch):
-    import mpi4py
+    import importlib.machinery
 
-    monkeypatch.setattr(mpi4py, "get_config", dict)  # PyPI's mpi4py wheels record no mpicc
+    ext = importlib.machinery.EXTENSION_SUFFIXES[0]
     monkeypatch.setattr(ml, "mpi4py_library", lambda: "Open MPI v4.1.4, package: Debian OpenMPI")
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", types.SimpleNamespace(__file__=f"/v/mpi4py/MPI{ext}"))
+    assert not ml.abi_dispatching()  # one module: built against one MPI
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", types.SimpleNamespace(__file__=f"/v/mpi4py/MPI.mpich{ext}"))
+    assert ml.abi_dispatching()  # PyPI's wheel: one module per MPI ABI, chosen at run time
     line = ml.check_build("/usr/bin/mpicc")
     assert line.startswith("mpi4py is a binary wheel") and "--no-binary=mpi4py" in line
 
