@@ -145,6 +145,14 @@ def problem(world_size: int, environ: Mapping[str, str] = os.environ, library=No
             "inside the allocation (docs/multi_node.md)",
         )
     library = library or _library()
+    if launch.family == mpi_library.SLURM:  # srun's PMI plugin, which this MPI does not connect to
+        plugin = "pmix" if library.vendor == mpi_library.OPEN_MPI else "pmi2"
+        return (
+            f"{launch.launcher} started {launch.size} processes ({launch.evidence}) but MPI sees 1 rank in each: "
+            f"mpi4py links {library}, which does not connect through this PMI, so every process would train alone",
+            f"Run `srun --mpi={plugin} ...` if Slurm has it (srun --mpi=list), or the mpiexec of {library.vendor} "
+            f"inside the allocation (docs/cluster_mpi.md)",
+        )
     return (
         f"{launch.launcher} started {launch.size} processes ({launch.evidence}) but MPI sees 1 rank in each: "
         f"mpi4py links {library}, not the launcher's MPI, so every process would train alone",

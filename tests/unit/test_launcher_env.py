@@ -61,7 +61,7 @@ def test_broken_values_are_ignored():
     assert launcher_env.read({"PMI_SIZE": "two", "PMI_RANK": "x"}).size == 1
 
 
-@pytest.mark.parametrize("environ", [OPEN_MPI_RANK1, HYDRA_RANK0, SRUN_PMI2, SRUN_PMIX, MVAPICH])
+@pytest.mark.parametrize("environ", [OPEN_MPI_RANK1, HYDRA_RANK0, MVAPICH])
 def test_mismatch_names_both_mpis_and_the_rebuild(environ):
     library = mpi_library.MPIName(mpi_library.MPICH, "4.0.2")
     line = launcher_env.mismatch(1, environ, library)
@@ -70,6 +70,16 @@ def test_mismatch_names_both_mpis_and_the_rebuild(environ):
     assert "mpi4py links MPICH 4.0.2, not the launcher's MPI" in line
     assert "--no-cache-dir --no-binary=mpi4py --force-reinstall" in line and "\n" not in line
     assert launcher_env.mismatch(launch.size, environ, library) is None  # one MPI job: nothing to say
+
+
+@pytest.mark.parametrize("environ, plugin", [(SRUN_PMI2, "pmix"), (SRUN_PMIX, "pmix")])
+def test_srun_with_a_pmi_this_mpi_does_not_speak_names_the_plugin(environ, plugin):
+    line = launcher_env.mismatch(1, environ, mpi_library.MPIName(mpi_library.OPEN_MPI, "4.1.4"))
+    assert line.startswith(f"srun (PMI{'x' if environ is SRUN_PMIX else ''}) started 4 processes")
+    assert "mpi4py links Open MPI 4.1.4, which does not connect through this PMI" in line
+    assert f"srun --mpi={plugin}" in line
+    mpich = launcher_env.mismatch(1, environ, mpi_library.MPIName(mpi_library.MPICH, "4.0.2"))
+    assert "srun --mpi=pmi2" in mpich
 
 
 def test_srun_without_pmi_keeps_its_own_line():
