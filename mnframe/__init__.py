@@ -8,11 +8,12 @@ and CUDA/NCCL code is only imported when a GPU path is actually used.
 from mnframe._internal import chainermn_paths as _chainermn_paths
 from mnframe._internal import numpy_compat as _numpy_compat
 from mnframe._internal import path_finder as _path_finder
-from mnframe.runtime import early_hook
+from mnframe.runtime import early_hook, mpi_start
 
 _path_finder.install()  # ChainerMN's module paths without a file (communicators.flat_communicator, ...)
 _numpy_compat.apply()
 early_hook.install()  # an exception once MPI runs aborts the job, even before create_communicator
+mpi_start.install()  # launcher defaults before MPI starts; a launcher/MPI mismatch ends the job as it starts
 
 __version__ = "0.1.0"
 

@@ -14,6 +14,7 @@ import importlib
 from typing import Optional, Sequence
 
 from mnframe.runtime.errors import DependencyError
+from mnframe.runtime.mpi_library import rebuild_command
 
 # What `python -m mnframe` needs before it composes anything. Chainer before
 # mpi4py.MPI: importing mpi4py.MPI initialises MPI, and a failure before that
@@ -22,8 +23,7 @@ RUNNER_MODULES = ("numpy", "chainer", "yaml", "omegaconf", "hydra", "pydantic", 
 
 MPI_FIX = (
     'pip install "mnframe[mpich]" (MPICH from PyPI), or load your cluster\'s MPI '
-    "(e.g. `module load openmpi`) and rebuild mpi4py against it: "
-    "pip install --no-binary=mpi4py --force-reinstall mpi4py"
+    f"(e.g. `module load openmpi`) and rebuild mpi4py against it: {rebuild_command()}"
 )
 HOOK_FIX = (
     "reinstall mnframe so that its import hook (mnframe-chainer-hook.pth) is in site-packages: "

@@ -7,7 +7,8 @@
 #   MNFRAME_NUMPY=1|2|auto                          # NumPy line (default auto: 1.26 where
 #                                                   #   NumPy publishes wheels, i.e. Python <= 3.12; else 2.x)
 #   MNFRAME_VENV=dir                                # default .venv (.venv-np2 with MNFRAME_NUMPY=2)
-#   MNFRAME_SYSTEM_MPI=1                            # build mpi4py against the mpicc on PATH, no mpich wheel
+#   MNFRAME_SYSTEM_MPI=1                            # build mpi4py against the mpicc on PATH (or $MPICC), no
+#                                                   #   mpich wheel; launch with that MPI's mpiexec (docs/cluster_mpi.md)
 #
 # Chainer 7.8.1 is only an sdist whose setup.py imports pkg_resources, so it
 # is built without build isolation against setuptools<70, installed into the
@@ -48,8 +49,17 @@ pip() { "$VPY" -m pip --disable-pip-version-check -q "$@"; }
 pip install -c "$CONSTRAINTS" "setuptools<70" wheel numpy
 pip install -c "$CONSTRAINTS" --no-build-isolation "chainer==7.8.1"
 if [ "${MNFRAME_SYSTEM_MPI:-0}" = "1" ]; then
-  # Build mpi4py from source against the system MPI (mpicc on PATH).
-  pip install -c "$CONSTRAINTS" --no-binary=mpi4py "mpi4py>=4"
+  # Build mpi4py from source against the system MPI: $MPICC, else the mpicc on PATH. Never from
+  # pip's cache: it keeps the wheels it built, and would hand back an mpi4py built against
+  # another MPI (--no-binary and --force-reinstall do not bypass it; issue 42). Rebuilt only when
+  # the installed one links another MPI than MPICC's (the check compiles a probe with MPICC).
+  MPICC=${MPICC:-$(command -v mpicc || true)}
+  [ -n "$MPICC" ] || die "MNFRAME_SYSTEM_MPI=1 builds mpi4py with your MPI's mpicc, and none is on PATH: install the MPI's development package (Debian/Ubuntu: libopenmpi-dev or libmpich-dev), or load it (module load openmpi), or set MPICC=/path/to/mpicc"
+  if "$VPY" -m pip show -q mpich >/dev/null 2>&1; then pip uninstall -y mpich; fi  # the wheel's MPI: not with yours
+  if ! PYTHONPATH=$PWD "$VPY" -m mnframe.runtime.mpi_library --check-build "$MPICC" >/dev/null 2>&1; then
+    echo "scripts/setup.sh: building mpi4py against $MPICC (takes 2-3 minutes)"
+    MPICC=$MPICC pip install -c "$CONSTRAINTS" --no-cache-dir --no-binary=mpi4py --force-reinstall --no-deps "mpi4py>=4"
+  fi
   extras="recipes,test,tensorboard,tune,mlflow"
 else
   pip install -c "$CONSTRAINTS" "mpi4py>=4"
@@ -62,5 +72,10 @@ pip install -c "$CONSTRAINTS" --no-build-isolation -e ".[$extras]"
 if ! report=$("$VPY" scripts/check_stack.py 2>&1); then
   echo "$report" >&2
   die "the stack installed in $VENV does not work (see above)"
+fi
+if [ "${MNFRAME_SYSTEM_MPI:-0}" = "1" ]; then
+  # mpi4py must link the MPI of MPICC, vendor and version: else one line saying what to run
+  linked=$("$VPY" -m mnframe.runtime.mpi_library --check-build "$MPICC" 2>&1) || die "$linked"
+  report="$report; $linked"
 fi
 echo "mnframe is set up in $VENV ($report)"

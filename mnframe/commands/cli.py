@@ -527,18 +527,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         from mnframe.commands.checkpoint_inspect import main as checkpoint_main
 
         sys.exit(checkpoint_main(argv[1:]))
-    from mnframe.runtime import slurm
+    from mnframe.runtime import mpi_start  # ``import mnframe`` set the launcher defaults (runtime/slurm.py)
 
-    slurm.prepare()  # before MPI starts (srun with the mpich wheel)
     if argv[:1] == ["doctor"]:
         from mnframe.commands.doctor import main as doctor_main
 
+        mpi_start.report_only()  # doctor reports a launcher/MPI mismatch as a step of its own
         sys.exit(doctor_main())
     check_environment(argv)
-    if not parse_own_flags(argv)[0].check:
-        from mpi4py import MPI  # started by check_environment
-
-        slurm.check_world(MPI.COMM_WORLD)  # srun's tasks that are not one MPI job: one line, not N lone trainings
+    mpi_start.verify()  # a launcher/MPI mismatch (N lone trainings): exit 3, one line (runtime/launcher_env.py)
     from mnframe.runtime.guard import exit_quietly, run_main
 
     if argv[:1] and argv[0] in SUBCOMMANDS:

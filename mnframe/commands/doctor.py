@@ -5,9 +5,14 @@ Run it the way you run training (``mpiexec -n 2 python -m mnframe doctor``,
 FAIL (with the fix), INFO or SKIP; rank 0 prints, the exit status is 1 when
 any step failed. Steps, in the order of the spec's checklist:
 
-1. the MPI library mpi4py is linked to, and the ``mpiexec`` on PATH;
+1. the MPI library mpi4py is linked to, the launcher that started this process (from its
+   environment, runtime/launcher_env.py), and the ``mpiexec`` a user would run (beside this
+   Python, else on PATH), named from ``mpiexec --version`` (Open MPI/OpenRTE, MPICH/Hydra,
+   Intel MPI, MVAPICH, Slurm's srun: runtime/mpi_library.py) and compared with the library,
+   so that one process already says when ``mpiexec -n 2`` would start 2 lone jobs;
 2. the launcher says N ranks but MPI sees 1 ("every rank prints 0"):
-   mpi4py built against another MPI than the launcher's;
+   mpi4py built against another MPI than the launcher's (the runner and the drop-in path
+   stop on it with exit 3; doctor reports it as a step);
 3. ranks and hosts;
 4. CuPy, CUDA, NCCL and cuDNN presence and versions (fixes name the packages for the
    CUDA of the CuPy installed; CuPy 14 has no cuDNN: which CuPy line keeps it);
@@ -28,16 +33,10 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
 from mnframe.commands import doctor_nodes
+from mnframe.runtime import launcher_env, mpi_library
 
-# launcher environment variables -> what they say about the world size
-LAUNCHER_SIZE_VARS = (
-    "PMI_SIZE",
-    "OMPI_COMM_WORLD_SIZE",
-    "PMIX_SIZE",
-    "MPI_LOCALNRANKS",
-    "SLURM_NTASKS",
-    "MV2_COMM_WORLD_SIZE",
-)
+# launcher environment variables -> what they say about the world size (runtime/launcher_env.py)
+LAUNCHER_SIZE_VARS = launcher_env.SIZE_VARS
 
 
 @dataclass
@@ -62,72 +61,81 @@ def _run(cmd: Sequence[str], timeout: float = 10) -> str:
         return f"<{type(exc).__name__}: {exc}>"
 
 
-def _vendor_of(text: str) -> str:
-    low = text.lower()
-    for name, key in (
-        ("Open MPI", "open mpi"),
-        ("Intel MPI", "intel"),
-        ("MVAPICH", "mvapich"),
-        ("MPICH", "mpich"),
-        ("MPICH", "hydra"),
+def _launcher() -> Optional[str]:
+    """The ``mpiexec`` a user would run: the one beside this Python (the mpich wheel's), else PATH's."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return beside if os.path.exists(beside) else shutil.which("mpiexec")
+
+
+def compare_launcher(launcher: str, version_text: str, library_text: str) -> Result:
+    """``mpiexec --version`` of ``launcher`` against mpi4py's library: one step's result."""
+    lib = mpi_library.identify(library_text)
+    exe = mpi_library.identify(version_text)
+    step = "mpiexec matches mpi4py's MPI"
+    detail = f"{launcher} is {mpi_library.launcher_name(version_text)}; mpi4py links {lib}"
+    fix = (
+        f"launch with the mpiexec of {lib} (put it first on PATH), or rebuild mpi4py against "
+        f"{exe.vendor if exe.vendor != mpi_library.UNKNOWN else 'the launcher'}'s MPI: "
+        f"{mpi_library.rebuild_command()} (docs/cluster_mpi.md)"
+    )
+    family = mpi_library.same_family(exe, lib)
+    if exe.vendor == mpi_library.SLURM:
+        return Result(
+            "INFO",
+            step,
+            f"{detail}: srun starts any MPI through its PMI plugin",
+            fix="srun --mpi=pmi2 for the MPICH family, --mpi=pmix for Open MPI (srun --mpi=list)",
+        )
+    if family is None:
+        return Result("INFO", step, f"{detail}: cannot tell whether they match", fix=fix)
+    if family is False or (
+        exe.vendor == mpi_library.OPEN_MPI and (exe.version or "").split(".")[0] != (lib.version or "").split(".")[0]
     ):
-        if key in low:
-            return name
-    return "unknown"
+        return Result(
+            "FAIL",
+            step,
+            f"{detail}: they differ, so `mpiexec -n 2` would start 2 lone 1-rank jobs "
+            "(the classic 'every rank prints 0')",
+            fix=fix,
+        )
+    if mpi_library.same_mpi(exe, lib):
+        return Result("PASS", step, detail)
+    return Result(
+        "INFO",
+        step,
+        f"{detail}: same family, other vendor or version (they speak the same PMI, so it usually works)",
+        fix=f"prefer the mpiexec of {lib}",
+    )
 
 
 def check_mpi_library(mpi) -> List[Result]:
-    lib = mpi.Get_library_version().strip().splitlines()[0]
+    lib = mpi.Get_library_version().strip()
     out = [
         Result(
             "INFO",
             "mpi4py",
-            f"mpi4py {__import__('mpi4py').__version__}, MPI {'.'.join(map(str, mpi.Get_version()))}: {lib}",
+            f"mpi4py {__import__('mpi4py').__version__}, MPI {'.'.join(map(str, mpi.Get_version()))}: "
+            f"{lib.splitlines()[0] if lib else '?'}",
         )
     ]
-    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    launcher = beside if os.path.exists(beside) else shutil.which("mpiexec")
+    launch = launcher_env.read(os.environ)
+    if launch is not None:
+        out.append(Result("INFO", "launcher", f"started by {launch.launcher} ({launch.evidence or 'no size given'})"))
+    launcher = _launcher()
     if launcher is None:
         out.append(Result("INFO", "mpiexec", "no mpiexec on PATH (fine under srun or one process)"))
         return out
-    version = _run([launcher, "--version"])
-    lib_vendor, exec_vendor = _vendor_of(lib), _vendor_of(version)
-    detail = f"{launcher} ({exec_vendor}); mpi4py uses {lib_vendor}"
-    if "unknown" in (lib_vendor, exec_vendor) or lib_vendor == exec_vendor:
-        out.append(Result("PASS", "mpiexec matches mpi4py's MPI", detail))
-    else:
-        out.append(
-            Result(
-                "FAIL",
-                "mpiexec matches mpi4py's MPI",
-                detail,
-                fix="use the mpiexec of the MPI mpi4py was built with, or rebuild "
-                "mpi4py: `MPICC=$(which mpicc) pip install --no-binary=mpi4py "
-                "--force-reinstall mpi4py`",
-            )
-        )
+    out.append(compare_launcher(launcher, _run([launcher, "--version"]), lib))
     return out
 
 
 def check_world(mpi) -> List[Result]:
     size = mpi.COMM_WORLD.Get_size()
-    claimed = {v: os.environ[v] for v in LAUNCHER_SIZE_VARS if v in os.environ}
-    sizes = {int(x) for x in claimed.values() if x.isdigit()}
-    biggest = max(sizes, default=size)
-    if size == 1 and biggest > 1:
-        return [
-            Result(
-                "FAIL",
-                "world size",
-                f"the launcher started {biggest} processes "
-                f"({', '.join(f'{k}={v}' for k, v in claimed.items())}) but MPI sees 1: "
-                "every rank thinks it is rank 0 of 1 (the classic 'every rank prints 0')",
-                fix="mpi4py is linked to a different MPI than this launcher; run it "
-                "with that MPI's mpiexec, or rebuild mpi4py against the launcher's "
-                "MPI (see the mpiexec step)",
-            )
-        ]
-    if not claimed and size == 1:
+    launch = launcher_env.read(os.environ)
+    found = launcher_env.problem(size, os.environ, mpi_library.identify(mpi.Get_library_version()))
+    if found is not None:
+        return [Result("FAIL", "world size", f"{found[0]} (the classic 'every rank prints 0')", fix=found[1])]
+    if launch is None and size == 1:
         return [
             Result(
                 "INFO",

@@ -4,6 +4,7 @@ import difflib
 import logging
 
 from mnframe.communicators import options, powersgd, registry
+from mnframe.runtime import mpi_start
 
 log = logging.getLogger("mnframe.communicators")
 SHARED_GPU_NAME = "non_cuda_aware"  # averages through host memory: any number of ranks per GPU
@@ -61,6 +62,7 @@ def create_communicator(
         from mpi4py import MPI
 
         mpi_comm = MPI.COMM_WORLD
+    mpi_start.verify()  # MPI started after import (rc.initialize=False): the launcher/MPI verdict now
     name = default_name(mpi_comm) if communicator_name is None else communicator_name
     _check_name(name)
     options.check("allreduce_grad_dtype", allreduce_grad_dtype)

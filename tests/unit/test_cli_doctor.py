@@ -60,3 +60,34 @@ def test_doctor_runs():
     r = subprocess.run([sys.executable, "-m", "mnframe", "doctor"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "[PASS] mpiexec matches" in r.stdout
+
+
+OPENRTE = "mpiexec (OpenRTE) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n"
+HYDRA = "HYDRA build details:\n    Version:                                 4.0.2\n    Process Manager:     pmi\n"
+OMPI_LIB = "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, repo rev: v4.1.4, May 26, 2022"
+MPICH_LIB = "MPICH Version:\t4.0.2\nMPICH Release date:\tThu Apr  7 12:34:45 CDT 2022\n"
+
+
+def test_open_mpi_launcher_is_named_and_compared():
+    """Issue 42: Open MPI's `mpiexec (OpenRTE)` was "unknown" and passed beside an MPICH build."""
+    result = doctor.compare_launcher("/usr/bin/mpiexec", OPENRTE, MPICH_LIB)
+    assert result.status == "FAIL"
+    assert "is Open MPI's mpiexec (OpenRTE/PRRTE) 4.1.4; mpi4py links MPICH 4.0.2" in result.detail
+    assert "--no-cache-dir --no-binary=mpi4py" in result.fix
+    assert doctor.compare_launcher("/usr/bin/mpiexec", OPENRTE, OMPI_LIB).status == "PASS"
+
+
+def test_hydra_against_each_library():
+    assert doctor.compare_launcher("mpiexec", HYDRA, MPICH_LIB).status == "PASS"
+    assert doctor.compare_launcher("mpiexec", HYDRA, OMPI_LIB).status == "FAIL"
+    other = doctor.compare_launcher("mpiexec", HYDRA, "MPICH Version:      5.0.2\n")
+    assert other.status == "INFO" and "same family" in other.detail  # Hydra 4.0 starts MPICH 5 ranks
+    major = doctor.compare_launcher("mpiexec", "mpiexec (Open MPI) 5.0.3\n", OMPI_LIB)
+    assert major.status == "FAIL"  # Open MPI 5's launcher cannot start Open MPI 4's ranks
+
+
+def test_srun_and_unknown_launchers_are_not_passed_silently():
+    srun = doctor.compare_launcher("/usr/bin/mpiexec", "slurm 22.05.8\n", OMPI_LIB)
+    assert srun.status == "INFO" and "Slurm's srun 22.05.8" in srun.detail and "--mpi=pmix" in srun.fix
+    unknown = doctor.compare_launcher("/opt/x/mpiexec", "frobnicate 1.0\n", OMPI_LIB)
+    assert unknown.status == "INFO" and "cannot tell" in unknown.detail

@@ -1,5 +1,6 @@
 """mnframe.runtime.slurm without MPI: when srun's ranks get the OFI netmod, and the one-line verdict
-when srun's tasks are not one MPI job (issue 28; the jobs themselves: tests/test_multinode_slurm.py)."""
+when srun's tasks are not one MPI job (issue 28; that verdict: test_launcher_env.py; the jobs
+themselves: tests/test_multinode_slurm.py)."""
 
 import os
 
@@ -39,13 +40,3 @@ def test_netmod_left_alone(env, case):
         env.setattr(slurm, "has_mpich_wheel", lambda: False)
     slurm.prepare()
     assert os.environ.get("MPIR_CVAR_CH4_NETMOD") == ("ucx" if case == "user_choice" else None)
-
-
-def test_mismatch_names_the_tasks_and_the_fix(env):
-    for key, value in SRUN.items():
-        env.setenv(key, value)
-    message = slurm.mismatch(1)
-    assert "srun started 2 tasks but MPI sees 1 rank" in message and "--mpi=pmi2" in message
-    assert slurm.mismatch(2) is None
-    env.setenv("SLURM_STEP_NUM_TASKS", "1")
-    assert slurm.mismatch(1) is None
