@@ -4,6 +4,7 @@ Each case lays out a small project of its own (tests/conftest.py + tests/mpi/tes
 pytest on it as a user would; the outer report must name each bad test and pass the good ones.
 """
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -21,11 +22,11 @@ def _project(tmp_path, body, header="MPI_SIZES = (1, 2)\nMPI_TIMEOUT = 20\n"):
     return tmp_path
 
 
-def _run(root, *args, timeout=300):
+def _run(root, *args, timeout=300, env=None):
     """(exit status, output, {'test_x@np2': 'passed'|'failed'|'skipped'}) of pytest on the project."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", "/dev/null", "--rootdir", str(root)]
     cmd += ["--junitxml", str(root / "report.xml"), *args, str(root / "tests")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
     outcomes = {}
     for case in ElementTree.parse(root / "report.xml").iter("testcase"):
         kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
@@ -101,9 +102,9 @@ def test_a_hang_a_stranded_failure_and_a_crash_are_named_and_the_rest_still_run(
         def test_6_after_the_crash():
             assert comm.allreduce(1) == comm.size
         """,
-        header="MPI_SIZES = (2,)\nMPI_TIMEOUT = 8\n",
+        header="MPI_SIZES = (2,)\nMPI_TIMEOUT = 6\n",
     )
-    rc, out, got = _run(root, "--full", timeout=400)
+    rc, out, got = _run(root, "--full", timeout=400, env={"MNFRAME_MPI_SUITE_GRACE": "2"})
     assert rc == 1, out
     assert got["test_1_hangs_on_rank_0@np2"] == "failed" and "HUNG" in out, out
     assert got["test_3_fails_on_rank_0_while_rank_1_waits@np2"] == "failed" and "planted" in out, out
