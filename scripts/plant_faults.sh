@@ -44,9 +44,9 @@ EOF
 import pathlib
 p = pathlib.Path("mnframe/checkpoint/trainer_io.py")
 s = p.read_text()
-old = "load_npz(path, trainer, ignore_names=_is_per_rank if resharded else None)"
+old = "ignore_names=is_per_rank if resharded else None"
 assert old in s
-p.write_text(s.replace(old, 'load_npz(path, trainer, ignore_names=lambda k: "optimizer:" in k)'))
+p.write_text(s.replace(old, 'ignore_names=lambda k: "optimizer:" in k'))
 EOF
       ;;
     *) echo "unknown fault $1 (mean, scatter, optimizer)"; return 2 ;;
