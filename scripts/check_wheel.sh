@@ -84,6 +84,9 @@ echo "job time: $(( $(date +%s) - start )) s (2 ranks, 3 epochs, interpreter sta
 
 step "without an MPI library: one line saying what to install, exit 3"
 "$V/bin/python" -m pip uninstall -q -y mpich
+# mpi4py's wheel loads whichever libmpi it finds: pointing it nowhere makes this a machine without
+# any MPI library even where a system MPI is installed (apt's libmpich/libopenmpi, docs/cluster_mpi.md)
+export MPI4PY_LIBMPI=/nonexistent/libmpi.so
 set +e
 "$V/bin/python" -m mnframe --cfg job > nompi.out 2> nompi.err
 rc=$?

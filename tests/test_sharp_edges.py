@@ -91,8 +91,13 @@ def test_evaluate_names_the_directory_and_pythonpath_when_the_runs_code_does_not
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "config.yaml").write_text(to_yaml(config))
+    # the user's own module: trusted (without --trust-config it is refused before any import, issue 38 item 6)
     r = run_mpi(
-        ["-m", "mnframe", "evaluate", str(run_dir)], n=2, timeout=TIMEOUT, cwd=str(REPO), env={"PYTHONPATH": None}
+        ["-m", "mnframe", "evaluate", str(run_dir), "--trust-config"],
+        n=2,
+        timeout=TIMEOUT,
+        cwd=str(REPO),
+        env={"PYTHONPATH": None},
     )
     assert not r.timed_out and r.returncode == 2, r.output[-3000:]
     assert "model._target_: cannot import module 'my_models'" in r.stderr
