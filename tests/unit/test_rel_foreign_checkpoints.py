@@ -14,12 +14,10 @@ import zipfile
 import zlib
 from pathlib import Path
 
-import chainer
 import chainer.links as L
 import numpy as np
 import pytest
-from chainer import training
-from chainer.iterators import SerialIterator
+from test_rel_safe_load import make_trainer, run_and_checkpoint, solo  # noqa: E402 (tests/unit is on sys.path)
 
 from mnframe._internal.npz_read import SafeNpz, UnsafeFile, load_npz
 from mnframe.checkpoint import admit
@@ -32,27 +30,8 @@ REPO = Path(__file__).resolve().parents[2]
 W = "updater/model:main/predictor/W"
 
 
-def solo():
-    from mpi4py import MPI
-
-    return MPI.COMM_SELF
-
-
-def make_trainer(run_dir, stop=3):
-    np.random.seed(0)
-    model = L.Classifier(L.Linear(4, 3))
-    optimizer = chainer.optimizers.Adam()
-    optimizer.setup(model)
-    x = np.random.RandomState(1).rand(12, 4).astype(np.float32)
-    t = (np.arange(12) % 3).astype(np.int32)
-    it = SerialIterator(chainer.datasets.TupleDataset(x, t), 4, shuffle=True)
-    return training.Trainer(training.updaters.StandardUpdater(it, optimizer), (stop, "iteration"), out=str(run_dir))
-
-
 def train(run_dir, stop=3):
-    trainer = make_trainer(run_dir, stop)
-    attach(trainer, {"interval": 1, "keep": 5}, run_dir, solo())
-    trainer.run()
+    run_and_checkpoint(run_dir, stop)
 
 
 def ckpt(run_dir, iteration=3):
