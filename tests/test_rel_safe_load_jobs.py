@@ -43,16 +43,10 @@ def mnframe(*args, cwd, env=None):
     return result
 
 
-def plant(directory, marker):
-    """The issue's steps 1 and 2 on rank 1's file: a pickled payload as the rng entry, hashes recomputed."""
+def _rewrite(directory, path, members):
+    """Write ``members`` as the rank file ``path`` and reseal the manifest (sizes and hashes), as an attacker would."""
     import hashlib
 
-    path = directory / "rank_00001.npz"
-    with zipfile.ZipFile(path) as z:
-        members = {i.filename: z.read(i) for i in z.infolist() if "mnframe_rng/python_" not in i.filename}
-    buf = io.BytesIO()
-    np.lib.format.write_array(buf, np.frombuffer(pickle.dumps(Payload(marker)), np.uint8))
-    members[ENTRY + ".npy"] = buf.getvalue()
     with zipfile.ZipFile(path, "w") as z:
         for name, data in members.items():
             z.writestr(name, data)
@@ -62,10 +56,21 @@ def plant(directory, marker):
     (directory / "manifest.json").write_text(json.dumps(manifest))
 
 
+def plant(directory, marker):
+    """The issue's steps 1 and 2 on rank 1's file: a pickled payload as the rng entry, hashes recomputed."""
+
+    path = directory / "rank_00001.npz"
+    with zipfile.ZipFile(path) as z:
+        members = {i.filename: z.read(i) for i in z.infolist() if "mnframe_rng/python_" not in i.filename}
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.frombuffer(pickle.dumps(Payload(marker)), np.uint8))
+    members[ENTRY + ".npy"] = buf.getvalue()
+    _rewrite(directory, path, members)
+
+
 def retouch(directory):
     """A change that passes every check of the files (a parameter's values), hashes recomputed:
     only a signature can tell."""
-    import hashlib
 
     path = directory / "rank_00001.npz"
     with zipfile.ZipFile(path) as z:
@@ -75,13 +80,7 @@ def retouch(directory):
     buf = io.BytesIO()
     np.lib.format.write_array(buf, array + 1)
     members[key] = buf.getvalue()
-    with zipfile.ZipFile(path, "w") as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-    manifest = json.loads((directory / "manifest.json").read_text())
-    data = path.read_bytes()
-    manifest["files"][path.name].update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
-    (directory / "manifest.json").write_text(json.dumps(manifest))
+    _rewrite(directory, path, members)
 
 
 def test_planted_pickle_is_refused_on_every_rank_and_a_signature_catches_the_reseal(tmp_path):

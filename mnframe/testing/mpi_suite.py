@@ -199,7 +199,6 @@ class MpiLaunches:
         self.groups = {}  # ranks -> [MpiItem], in run order
         self.verdicts = {}  # (ranks, inner_id) -> verdict
         self.done = {}  # ranks -> threading.Event
-        self.lock = threading.Lock()
         self.thread = None
         self.current = None
 
@@ -216,10 +215,8 @@ class MpiLaunches:
             self._run_group(n)
 
     def verdict(self, item):
-        if self.thread is None:
-            with self.lock:
-                if not self.done[item.ranks].is_set():
-                    self._run_group(item.ranks)
+        if self.thread is None and not self.done[item.ranks].is_set():  # --mpi-serial: pytest's own thread
+            self._run_group(item.ranks)
         self.done[item.ranks].wait()
         return self.verdicts[(item.ranks, item.inner_id)]
 
@@ -229,7 +226,7 @@ class MpiLaunches:
 
     def _run_group(self, ranks):
         try:
-            remaining = [item for item in self.groups[ranks]]
+            remaining = list(self.groups[ranks])
             for _ in range(MAX_LAUNCHES):
                 if not remaining:
                     break

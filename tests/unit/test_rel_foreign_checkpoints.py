@@ -4,7 +4,6 @@ one (moved aside, the previous one resumed), and ``checkpoint verify`` says so w
 checks (``mnframe.checkpoint.admit``). One process; tests/test_rel_foreign_runs.py at 2 ranks."""
 
 import io
-import json
 import os
 import shutil
 import struct
@@ -17,12 +16,12 @@ from pathlib import Path
 import chainer.links as L
 import numpy as np
 import pytest
-from test_rel_safe_load import make_trainer, run_and_checkpoint, solo  # noqa: E402 (tests/unit is on sys.path)
+from test_rel_safe_load import make_trainer, reseal, run_and_checkpoint, solo  # noqa: E402 (tests/unit is on sys.path)
 
 from mnframe._internal.npz_read import SafeNpz, UnsafeFile, load_npz
 from mnframe.checkpoint import admit
 from mnframe.checkpoint.attach import attach
-from mnframe.checkpoint.manifest import MANIFEST, Manifest, sha256_file
+from mnframe.checkpoint.manifest import Manifest
 from mnframe.commands import checkpoint_inspect as inspect_cli
 from mnframe.runtime.errors import CheckpointError
 
@@ -36,16 +35,6 @@ def train(run_dir, stop=3):
 
 def ckpt(run_dir, iteration=3):
     return Path(run_dir) / "checkpoints" / f"iter_{iteration:08d}"
-
-
-def reseal(directory):
-    """What an attacker with write access does: the manifest's sizes and hashes recomputed."""
-    path = Path(directory) / MANIFEST
-    manifest = json.loads(path.read_text())
-    for name, entry in manifest["files"].items():
-        entry["size"] = os.path.getsize(Path(directory) / name)
-        entry["sha256"] = sha256_file(Path(directory) / name)
-    path.write_text(json.dumps(manifest))
 
 
 def resume(run_dir):
