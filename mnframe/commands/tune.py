@@ -14,15 +14,12 @@ from __future__ import annotations
 import math
 from typing import Any, List, Optional, Sequence, Tuple
 
+from mnframe.config.tune_study import WITHOUT_TUNE  # noqa: F401 (cli's tune.WITHOUT_TUNE; it lives with the study)
 from mnframe.runtime.errors import ConfigError, DependencyError, agreed
 
 # import name -> what to tell the user, for the modules tune=optuna needs
 MODULES = ("optuna", "sqlalchemy", "hydra_plugins.hydra_optuna_sweeper")
 FIX = 'pip install "mnframe[tune]" (hydra-optuna-sweeper, optuna>=2.10,<3, sqlalchemy<2)'
-
-
-# the line for Hydra's Optuna sweeper chosen without tune=optuna lives with the study's config
-from mnframe.config.tune_study import WITHOUT_TUNE  # noqa: E402,F401
 
 
 def environment_problem(version=None) -> Optional[str]:
