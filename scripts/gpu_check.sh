@@ -18,7 +18,8 @@
 #               one-rank node, MPI between them, both ranks on GPU 0); loss and images/s
 #   5 bench     bench/bench_gpu.py on 2 ranks, fake nodes (correctness checks are real)
 #   6 tests     tests/gpu/test_gpu_single.py, then the one-GPU cases of tests/gpu/test_gpu_mpi.py
-#               (fake-node NCCL cases with 2-3 ranks, shared-GPU cases, host-staged training)
+#               (fake-node NCCL cases with 2-3 ranks, shared-GPU cases, host-staged training, PowerSGD)
+#   7 powersgd  step 4's 2-rank run with communicator.compression=powersgd, if time is left
 #
 # Logs: one folder (--logs, default gpu-check-logs/<UTC time>), at most 8 files:
 # summary.txt (one line per step, then the exit status) and NN-step.log.
@@ -163,14 +164,14 @@ fi
 # ---------------------------------------------------------------- 4 ResNet-50 on synthetic ImageNet
 # the runner's overrides for every ResNet-50 run (tests/unit/test_gpu_ready.py validates them)
 RESNET_ARGS="recipe=imagenet dataset.source.synthetic=true dataset.loader=serial trainer.device=gpu extensions=minimal extensions.log_report.unit=iteration extensions.log_report.interval=1"
-resnet() {  # name ranks communicator batch iterations [env...]
+resnet() {  # name ranks communicator batch iterations [env...]; RESNET_EXTRA: more overrides
   local name=$1 n=$2 comm=$3 batch=$4 iters=$5; shift 5
   local dir="$WORK/run-$name"
   local images=$((n * batch * iters))
   # shellcheck disable=SC2086  # RESNET_ARGS is a list of words
   run_step "resnet50 $name" 03-resnet50.log 75 env "$@" "$MPIEXEC" -n "$n" "$PY" -m mnframe $RESNET_ARGS \
     dataset.source.n_synthetic="$images" dataset.batch_size="$batch" communicator="$comm" \
-    "trainer.stop=[$iters,iteration]" hydra.run.dir="$dir"
+    "trainer.stop=[$iters,iteration]" hydra.run.dir="$dir" ${RESNET_EXTRA:-}
   "$PY" - "$dir/log" "$n" "$batch" <<'EOF' 2>&1 | tee -a "$LOGS/03-resnet50.log" "$SUMMARY"
 import json, sys
 try:
@@ -201,7 +202,12 @@ run_step "tests/gpu single" 05-tests-single.log 110 "$PY" -m pytest -q -rs -p no
 tail -1 "$LOGS/05-tests-single.log" | sed 's/^/    /' | tee -a "$SUMMARY"
 # the one-GPU cases: NCCL in fake one-rank nodes (2-3 ranks), ranks sharing the GPU, host-staged training
 run_step "tests/gpu mpi" 06-tests-mpi.log 150 env MNFRAME_GPU_MPI_TIMEOUT=100 "$PY" -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gpu_mpi.py \
-  -k "fake1 or shared or train-host"
+  -k "fake1 or shared or train-host or powersgd"
 tail -1 "$LOGS/06-tests-mpi.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+
+# ---------------------------------------------------------------- 7 PowerSGD training (if time is left)
+# the same 2-rank fake-node run with compression=powersgd (rank 4, compressed from iteration 3)
+RESNET_EXTRA="communicator.compression=powersgd communicator.powersgd_start_iter=2" \
+  resnet two_dimensional+powersgd-2ranks 2 two_dimensional 16 12 MNFRAME_FAKE_NODE_SIZE=1
 
 finish "$FAILED"
