@@ -201,8 +201,8 @@ run_step "tests/gpu single" 05-tests-single.log 110 "$PY" -m pytest -q -rs -p no
   tests/gpu/test_gpu_single.py
 tail -1 "$LOGS/05-tests-single.log" | sed 's/^/    /' | tee -a "$SUMMARY"
 # the one-GPU cases: NCCL in fake one-rank nodes (2-3 ranks), ranks sharing the GPU, host-staged training
-run_step "tests/gpu mpi" 06-tests-mpi.log 150 env MNFRAME_GPU_MPI_TIMEOUT=100 "$PY" -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gpu_mpi.py \
-  -k "fake1 or shared or train-host or powersgd"
+run_step "tests/gpu mpi" 06-tests-mpi.log 190 env MNFRAME_GPU_MPI_TIMEOUT=100 "$PY" -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gpu_mpi.py \
+  -k "fake1 or shared or host or powersgd"
 tail -1 "$LOGS/06-tests-mpi.log" | sed 's/^/    /' | tee -a "$SUMMARY"
 
 # ---------------------------------------------------------------- 7 PowerSGD training (if time is left)

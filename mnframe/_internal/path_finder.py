@@ -8,11 +8,18 @@ mnframe.communicators.flat_communicator``, ``importlib.import_module`` and
 ``from ... import`` work as for a file, and the objects are mnframe's own, with
 their home module as ``__module__`` (so pickles name that module). Any other
 name costs one dict lookup and falls through to the normal finders.
+
+It also finds ``mnframe.recipes`` in a source checkout used without an install
+(``python -m mnframe`` in the repository's root shadows an installed mnframe):
+the wheel and the editable install map it to the top-level ``recipes/``, which a
+bare checkout's ``mnframe`` package does not hold.
 """
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
+from pathlib import Path
 
 from mnframe._internal import chainermn_paths as paths
 
@@ -38,10 +45,23 @@ class RowFinder(importlib.abc.MetaPathFinder):
     """Finds the file-less ChainerMN paths of ``mnframe`` (see the module docstring)."""
 
     def find_spec(self, fullname, path=None, target=None):  # noqa: ARG002 - the protocol's names (keyword callers)
+        if fullname == "mnframe.recipes":
+            return _checkout_recipes()
         relative = paths.relative(fullname)
         if relative is None or not paths.made_from_row(relative):
             return None
         return importlib.machinery.ModuleSpec(fullname, _LOADER, origin=paths.__name__)
+
+
+def _checkout_recipes():
+    """``mnframe.recipes`` from a source checkout's ``recipes/``; None where the package has its own."""
+    package = Path(__file__).resolve().parents[1]  # .../mnframe
+    if (package / "recipes").is_dir():
+        return None  # an installed wheel
+    init = package.parent / "recipes" / "__init__.py"
+    if not init.is_file():
+        return None
+    return importlib.util.spec_from_file_location("mnframe.recipes", init, submodule_search_locations=[str(init.parent)])
 
 
 _LOADER = _RowLoader()

@@ -104,6 +104,7 @@ class InterNodeSum:
         host = self._host.get(key)
         if host is None:
             host = self._host[key] = np.empty(arr.size, dtype=arr.dtype)
+        host = host.reshape(arr.shape)  # a view: CuPy's get(out=) and set() want the array's own shape
         with oplog.op("gpu:to_host", array=arr):
             arr.get(out=host)
         pc.allreduce_inplace(self.comm, host)

@@ -216,6 +216,15 @@ TOOL_VARIABLES = (
     "MNFRAME_GPU_NAMES",
     "MNFRAME_MPI_SUITE_DIR",  # the test suite's launches (mnframe/testing/mpi_inner.py)
     "MNFRAME_MPI_SUITE_GRACE",
+    "MNFRAME_SUITE_OUT",  # scripts/chainermn_suite.py
+    "MNFRAME_SYSTEM_MPI_TESTS",  # tests/test_system_mpi.py
+    "MNFRAME_SYSTEM_MPI_TEST_CFLAGS",
+    "MNFRAME_GPU_CHECK_SECONDS",  # scripts/gpu_check.sh and the GPU tests
+    "MNFRAME_GPU_MPI_TIMEOUT",
+    "MNFRAME_WHEEL_DIR",  # scripts/fetch_gpu_wheels.sh, scripts/check_kernels.sh
+    "MNFRAME_WHEEL_PYTHON",
+    "MNFRAME_WHEEL_BUILD_VENV",
+    "MNFRAME_KERNEL_VENV",
 )
 
 _values: Dict[str, Any] = {}

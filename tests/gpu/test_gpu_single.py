@@ -350,9 +350,10 @@ def test_double_buffering_group_closed_by_finalize(cupy):
     model.to_device("@cupy:0")
     opt = chainermn.create_multi_node_optimizer(chainer.optimizers.SGD(lr=1.0), comm, double_buffering=True)
     opt.setup(model)
-    model.W.grad = cupy.ones((2, 3), dtype=np.float32)
-    model.b.grad = cupy.zeros(2, dtype=np.float32)
-    opt.update()
+    for _ in range(2):  # update 1 only broadcasts the parameters; update 2 starts the first exchange
+        model.W.grad = cupy.ones((2, 3), dtype=np.float32)
+        model.b.grad = cupy.zeros(2, dtype=np.float32)
+        opt.update()
     averager = opt._averager
     assert averager._nccl is not None
     opt.finalize()
