@@ -61,7 +61,9 @@ def _checkout_recipes():
     init = package.parent / "recipes" / "__init__.py"
     if not init.is_file():
         return None
-    return importlib.util.spec_from_file_location("mnframe.recipes", init, submodule_search_locations=[str(init.parent)])
+    return importlib.util.spec_from_file_location(
+        "mnframe.recipes", init, submodule_search_locations=[str(init.parent)]
+    )
 
 
 _LOADER = _RowLoader()
