@@ -111,7 +111,14 @@ def _examine() -> CudaProbe:
         return CudaProbe(problem=f"CuPy cannot use CUDA ({type(e).__name__}: {e})", **fields)
     if count < 1:
         return CudaProbe(problem="no CUDA device is visible (check CUDA_VISIBLE_DEVICES and nvidia-smi)", **fields)
-    return CudaProbe(problem=None, device_count=count, nccl_problem=_nccl_problem(major), **fields)
+    nccl_problem = _nccl_problem(major)
+    return CudaProbe(
+        problem=None,
+        device_count=count,
+        nccl_problem=nccl_problem,
+        nccl_version=None if nccl_problem else _nccl_version(),
+        **fields,
+    )
 
 
 def _cudnn_loads() -> bool:
@@ -137,6 +144,25 @@ def _nccl_problem(major) -> Optional[str]:
     if not getattr(nccl, "available", True):  # CuPy sets this instead of raising
         return f"CuPy cannot load NCCL (pip install {package_for('nccl', major)})"
     return None
+
+
+def _nccl_version() -> Optional[int]:
+    """NCCL's version code (22803 for 2.28.3), None where CuPy cannot say."""
+    try:
+        from cupy.cuda import nccl
+
+        return int(nccl.get_version())
+    except Exception:
+        return None
+
+
+def nccl_version_text(code: Optional[int]) -> str:
+    """``22803`` -> ``"2.28.3"`` (NCCL >= 2.9 codes major*10000 + minor*100 + patch); "unknown" for None."""
+    if code is None:
+        return "unknown"
+    if code >= 10000:
+        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
 
 
 @functools.lru_cache(maxsize=None)

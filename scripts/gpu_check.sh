@@ -134,7 +134,7 @@ info = cuda_env.probe()
 print(f"python {sys.version.split()[0]}, numpy {numpy.__version__}, chainer {chainer.__version__}, "
       f"mpi4py {mpi4py.__version__} ({MPI.Get_library_version().splitlines()[0].strip()})")
 print(f"cupy {info.cupy_version} ({info.cupy_package}, CUDA {info.cuda_major}), {info.device_count} GPU(s), "
-      f"NCCL {info.nccl_version or info.nccl_problem}")
+      f"NCCL {info.nccl_problem or cuda_env.nccl_version_text(info.nccl_version)}")
 note = cuda_env.cudnn_note(info)
 if note:
     print("note:", note)

@@ -184,7 +184,7 @@ def check_cuda() -> List[Result]:
         ]
     out = [Result("PASS", "CUDA", f"{where}, {info.device_count} device(s)")]
     if info.nccl_problem is None:
-        out.append(Result("PASS", "NCCL", f"version {info.nccl_version}"))
+        out.append(Result("PASS", "NCCL", f"version {cuda_env.nccl_version_text(info.nccl_version)}"))
     else:
         out.append(
             Result(

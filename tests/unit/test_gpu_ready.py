@@ -313,3 +313,12 @@ def test_gpu_check_training_overrides_validate():
             has_cuda=True,
         )
         assert f"communicator {comm}" in text
+
+
+def test_nccl_version_text():
+    """NCCL's version code as doctor and the GPU check print it (the first GPU run printed "None")."""
+    from mnframe import cuda_env
+
+    assert cuda_env.nccl_version_text(22803) == "2.28.3"
+    assert cuda_env.nccl_version_text(2708) == "2.7.8"
+    assert cuda_env.nccl_version_text(None) == "unknown"
