@@ -19,7 +19,9 @@ one after the other, ``--repeat`` times:
 * ``overlap+float16``: both;
 * ``overlap+auto``: overlap, and float16 on the wire where its first calls measure it faster;
 * ``overlap+ddp25``: overlap with PyTorch DDP's fixed 25 MiB buckets instead of buckets sized
-  to the model.
+  to the model;
+* ``powersgd``, ``overlap+powersgd``: ``communicator.compression=powersgd`` (rank 4, compressed
+  after 10 full averages: docs/powersgd.md), without and with overlap.
 
 It prints examples/s (global, after the warm-up; medians), each variant over the
 peer, the share of a step in gradient averaging, and the scaling efficiency from
@@ -49,6 +51,8 @@ VARIANTS = {
     "overlap+float16": ["optimizer.overlap=true", "communicator.allreduce_grad_dtype=float16"],
     "overlap+auto": ["optimizer.overlap=true", "communicator.allreduce_grad_dtype=auto"],
     "overlap+ddp25": ["optimizer.overlap=true", "optimizer.bucket_cap_mb=25"],
+    "powersgd": ["communicator.compression=powersgd"],  # rank 4, compressed after 10 averages
+    "overlap+powersgd": ["optimizer.overlap=true", "communicator.compression=powersgd"],
 }
 
 
