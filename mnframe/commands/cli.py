@@ -2,6 +2,7 @@
 
     python -m mnframe [hydra options] [overrides]      train (default recipe: mnist)
     python -m mnframe recipe=X --check --world-size N  validate + print the rank graph, no MPI
+        [--predict nodes=M,link=1gbit]                 + the predicted time per iteration (commands/step_time.py)
     python -m mnframe doctor                           check the MPI/CUDA set-up
     python -m mnframe evaluate RUN_DIR [key=value ...]  evaluate a trained run (mnframe.commands.evaluate)
     python -m mnframe predict RUN_DIR INPUT [...]       run a trained model on new inputs (mnframe.commands.predict)

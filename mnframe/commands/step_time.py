@@ -31,6 +31,7 @@ KEYS = ("nodes", "link", "latency_us", "cores", "shared", "compute_ms", "grad_mb
 EXAMPLE = "--predict nodes=2,link=1gbit (keys: " + ", ".join(KEYS) + ")"
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 WARMUP, ITERATIONS = 3, 10
+WIRES = ((False, "float32"), (True, "float16"))
 
 
 @dataclass(frozen=True)
@@ -109,13 +110,12 @@ def _model_and_batch(cfg, world_size: int):
     """The data-parallel model (Classifier-wrapped as the builder does), its optimizer and one batch."""
     from chainer.dataset import concat_examples
 
+    from mnframe._internal.targets import declared_parameters
     from mnframe.builder.data import per_rank_batch_size
     from mnframe.builder.instantiate import instantiate
     from mnframe.builder.model import COMMUNICATOR_PARAMETERS, _classifier
     from mnframe.builder.optimizer import HOOKS, OPTIMIZERS, import_target, optimizer_kwargs
     from mnframe.config.schema import Component, DataParallelTopology
-
-    from mnframe._internal.targets import declared_parameters
 
     if not isinstance(cfg.topology, DataParallelTopology) or not isinstance(cfg.model, Component):
         raise ConfigError("--predict measures data-parallel recipes with one model; give compute_ms= and grad_mb=")
@@ -144,9 +144,9 @@ def _as_tuple(batch):
 
 def measure(cfg, world_size: int, need_compute: bool) -> Tuple[float, int, Optional[float], int]:
     """(gradient bytes as float32, parameter arrays, compute ms per iteration or None, per-rank batch)."""
-    from mnframe.runtime.threads import apply
-
     from chainer.dataset import concat_examples
+
+    from mnframe.runtime.threads import apply
 
     model, optimizer, iterator, size = _model_and_batch(cfg, world_size)
     params = [p for p in model.params() if p.array is not None]
@@ -168,10 +168,6 @@ def measure(cfg, world_size: int, need_compute: bool) -> Tuple[float, int, Optio
 
 
 # -- the report ---------------------------------------------------------------------
-
-
-def _wires(dtype: Optional[str]) -> List[Tuple[bool, str]]:
-    return [(False, "float32"), (True, "float16")]
 
 
 def report(cfg, spec: Spec, world_size: int) -> str:
@@ -207,7 +203,7 @@ def report(cfg, spec: Spec, world_size: int) -> str:
     ]
     rows: List[Tuple[str, str, Step]] = []
     for algorithm in ALGORITHMS:
-        for half, wire in _wires(dtype):
+        for half, wire in WIRES:
             step = predict_step(
                 compute,
                 algorithm,
