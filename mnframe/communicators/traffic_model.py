@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict
 
 from mnframe.communicators.wire_allreduce import CHUNK_BYTES, MIN_CHUNK
 
