@@ -115,10 +115,10 @@ def _model_and_batch(cfg, world_size: int):
     from mnframe.builder.instantiate import instantiate
     from mnframe.builder.model import COMMUNICATOR_PARAMETERS, _classifier
     from mnframe.builder.optimizer import HOOKS, OPTIMIZERS, import_target, optimizer_kwargs
-    from mnframe.config.schema import Component, DataParallelTopology
+    from mnframe.config.schema import Component
 
-    if not isinstance(cfg.topology, DataParallelTopology) or not isinstance(cfg.model, Component):
-        raise ConfigError("--predict measures data-parallel recipes with one model; give compute_ms= and grad_mb=")
+    if not isinstance(cfg.model, Component):
+        raise ConfigError("--predict: this recipe has several models; give compute_ms= and grad_mb=")
     if declared_parameters(cfg.model.target, COMMUNICATOR_PARAMETERS):
         raise ConfigError("--predict: the model takes a communicator (needs MPI); give compute_ms= and grad_mb=")
     model = _classifier(instantiate(cfg.model, path="model"), cfg.topology.classifier)
@@ -171,6 +171,13 @@ def measure(cfg, world_size: int, need_compute: bool) -> Tuple[float, int, Optio
 
 
 def report(cfg, spec: Spec, world_size: int) -> str:
+    from mnframe.config.schema import DataParallelTopology
+
+    if not isinstance(cfg.topology, DataParallelTopology):
+        raise ConfigError(
+            "--predict models data-parallel jobs (gradients averaged over every rank); this recipe's "
+            f"topology is {cfg.topology.kind}"
+        )
     ppn = world_size // spec.nodes
     need_compute = spec.compute_ms is None
     arrays = 1

@@ -93,3 +93,8 @@ def test_the_command_measures_compute_and_refuses_bad_input_in_one_line():
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     lines = [ln for ln in bad.stderr.splitlines() if "--predict" in ln]
     assert len(lines) == 1 and "not a multiple of nodes=3" in lines[0]
+
+
+def test_a_model_parallel_recipe_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="--predict models data-parallel jobs .* topology is model_parallel"):
+        cli.check(["recipe=mnist_model_parallel"], 2, predict="nodes=2,link=1gbit,compute_ms=5,grad_mb=4")
