@@ -31,6 +31,7 @@ KEYS = ("nodes", "link", "latency_us", "cores", "shared", "compute_ms", "grad_mb
 EXAMPLE = "--predict nodes=2,link=1gbit (keys: " + ", ".join(KEYS) + ")"
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 WARMUP, ITERATIONS = 3, 10
+MAX_COPIES = 16  # processes measuring compute at once (shared=true); more ranks scale from there
 WIRES = ((False, "float32"), (True, "float16"))
 
 
@@ -142,18 +143,13 @@ def _as_tuple(batch):
     return batch if isinstance(batch, tuple) else (batch,)
 
 
-def measure(cfg, world_size: int, need_compute: bool) -> Tuple[float, int, Optional[float], int]:
-    """(gradient bytes as float32, parameter arrays, compute ms per iteration or None, per-rank batch)."""
+def _loop_ms(model, optimizer, iterator, threads: int) -> float:
+    """Median ms of forward, backward and update over ``ITERATIONS`` after ``WARMUP``."""
     from chainer.dataset import concat_examples
 
     from mnframe.runtime.threads import apply
 
-    model, optimizer, iterator, size = _model_and_batch(cfg, world_size)
-    params = [p for p in model.params() if p.array is not None]
-    grad_bytes = float(sum(p.array.size for p in params) * 4)
-    if not need_compute:
-        return grad_bytes, len(params), None, size
-    apply(1)  # one rank's own core: the figure is scaled by how many ranks share a core
+    apply(threads)
     times = []
     for i in range(WARMUP + ITERATIONS):
         start = time.perf_counter()
@@ -164,7 +160,70 @@ def measure(cfg, world_size: int, need_compute: bool) -> Tuple[float, int, Optio
         if i >= WARMUP:
             times.append(time.perf_counter() - start)
     times.sort()
-    return grad_bytes, len(params), 1e3 * times[len(times) // 2], size
+    return 1e3 * times[len(times) // 2]
+
+
+def _concurrent_ms(model, optimizer, iterator, threads: int, copies: int) -> float:
+    """``copies`` forked processes run the loop at once (ranks that share cores); their median."""
+    import os
+
+    pipes = []
+    for _ in range(copies):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: measure, report, leave without the parent's exit handlers
+            code = 1
+            try:
+                os.close(read)
+                os.write(write, repr(_loop_ms(model, optimizer, iterator, threads)).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        pipes.append((pid, read))
+    results = []
+    for pid, read in pipes:
+        with os.fdopen(read) as f:
+            text = f.read()
+        os.waitpid(pid, 0)
+        if text:
+            results.append(float(text))
+    if not results:
+        raise ConfigError("--predict: the compute measurement failed in every process; give compute_ms=")
+    results.sort()
+    return results[len(results) // 2]
+
+
+def runner_threads(cfg, ppn: int, cores: int) -> int:
+    """BLAS threads per rank as ``trainer.threads`` gives them (``runtime/threads.py``): a number as
+    set, ``auto`` the node's cores over its ranks; 1 where the user's environment decides."""
+    import os
+
+    from mnframe.runtime.threads import user_chose
+
+    setting = cfg.trainer.threads
+    if isinstance(setting, int):
+        return setting
+    chosen = user_chose(dict(os.environ))
+    if chosen:
+        try:
+            return max(1, int(os.environ[chosen]))
+        except ValueError:
+            return 1
+    return max(1, cores // ppn) if setting == "auto" else 1
+
+
+def measure(cfg, world_size: int, need_compute: bool, threads: int = 1, copies: int = 1):
+    """(gradient bytes as float32, parameter arrays, compute ms per iteration or None, per-rank batch):
+    ``copies`` ranks computing at once on this machine with ``threads`` BLAS threads each."""
+    model, optimizer, iterator, size = _model_and_batch(cfg, world_size)
+    params = [p for p in model.params() if p.array is not None]
+    grad_bytes = float(sum(p.array.size for p in params) * 4)
+    if not need_compute:
+        return grad_bytes, len(params), None, size
+    if copies <= 1:
+        return grad_bytes, len(params), _loop_ms(model, optimizer, iterator, threads), size
+    return grad_bytes, len(params), _concurrent_ms(model, optimizer, iterator, threads, copies), size
 
 
 # -- the report ---------------------------------------------------------------------
@@ -178,31 +237,42 @@ def report(cfg, spec: Spec, world_size: int) -> str:
             "--predict models data-parallel jobs (gradients averaged over every rank); this recipe's "
             f"topology is {cfg.topology.kind}"
         )
+    from mnframe.runtime.threads import usable_cpus
+
     ppn = world_size // spec.nodes
     need_compute = spec.compute_ms is None
+    on_cores = world_size if spec.shared else ppn
+    share = cpu_share(on_cores, spec.cores)
+    # the simulated cluster on this machine: measure the ranks' compute as they share its cores
+    copies = min(on_cores, MAX_COPIES) if spec.shared and spec.cores == len(usable_cpus()) else 1
+    threads = runner_threads(cfg, ppn, spec.cores) if copies > 1 else 1
     arrays = 1
     if spec.grad_bytes is None or need_compute:
-        grad_bytes, arrays, measured, batch = measure(cfg, world_size, need_compute)
+        grad_bytes, arrays, measured, batch = measure(cfg, world_size, need_compute, threads, copies)
         grad_bytes = spec.grad_bytes or grad_bytes
     else:
         from mnframe.builder.data import per_rank_batch_size
 
         grad_bytes, measured, batch = spec.grad_bytes, None, per_rank_batch_size(cfg.dataset, world_size)
     compute = spec.compute_ms if spec.compute_ms is not None else measured
-    on_cores = world_size if spec.shared else ppn
-    share = cpu_share(on_cores, spec.cores)
+    compute_share = on_cores / copies if need_compute and copies > 1 else share
     spare = not spec.shared and spec.cores >= 2 * ppn
     overlap = bool(cfg.optimizer.overlap)
     dtype = cfg.communicator.allreduce_grad_dtype
     name = cfg.communicator.name
     configured_half = {"float16": True, "auto": None}.get(dtype or "float32", False)
     where = f"{spec.cores} cores per node" + (", every node on the same cores (shared=true)" if spec.shared else "")
-    source = "given" if spec.compute_ms is not None else f"measured: median of {ITERATIONS} iterations, 1 thread"
+    if not need_compute:
+        source = "given"
+    elif copies > 1:
+        source = f"measured: {copies} processes at once on this machine's cores, {threads} thread(s) each"
+    else:
+        source = f"measured: median of {ITERATIONS} iterations, 1 thread"
     lines = [
         f"predicted step time: recipe {cfg.name!r}, {spec.nodes} node(s) x {ppn} rank(s), link {spec.link}, "
         f"latency {spec.latency_us:g} us, {where}",
-        f"  compute per rank: {compute:.1f} ms ({source}; batch {batch}) x {share:.2f} "
-        f"({on_cores} rank(s) on {spec.cores} cores) = {compute * share:.1f} ms",
+        f"  compute per rank: {compute:.1f} ms ({source}; batch {batch}) x {compute_share:.2f} "
+        f"({on_cores} rank(s) on {spec.cores} cores) = {compute * compute_share:.1f} ms",
         f"  gradients: {grad_bytes / 1e6:.2f} MB float32 in {arrays} array(s); overlap "
         f"{'on' if overlap else 'off'}; communicator {name}, wire {dtype or 'float32'}",
         f"  {'algorithm':17s} {'wire':7s} {'link MB':>8s} {'msgs':>5s} {'wire ms':>8s} {'cpu ms':>7s} "
@@ -224,6 +294,7 @@ def report(cfg, spec: Spec, world_size: int) -> str:
                 share=share,
                 spare_core=spare,
                 arrays=arrays,
+                compute_share=compute_share,
             )
             mine = algorithm == name and configured_half in (half, None)
             rows.append((algorithm, wire, step))

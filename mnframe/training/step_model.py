@@ -13,6 +13,7 @@ Pure arithmetic (``commands/step_time.py`` measures or takes the inputs and prin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from mnframe.communicators.traffic_model import Averaging, averaging_ms
 
@@ -50,11 +51,13 @@ def predict_step(
     share: float = 1.0,
     spare_core: bool = False,
     arrays: int = 1,
+    compute_share: Optional[float] = None,
 ) -> Step:
     """One iteration of ``nodes`` x ``ppn`` ranks; ``share`` from ``cpu_share``; ``spare_core``:
-    each rank has a core beyond its own for the overlap's thread."""
+    each rank has a core beyond its own for the overlap's thread; ``compute_share`` (default
+    ``share``) stretches ``compute_ms`` instead, 1 where it was measured with the cores shared."""
     avg = averaging_ms(algorithm, grad_bytes, nodes, ppn, rate_bps, latency_us, half, share, arrays)
-    compute = compute_ms * share
+    compute = compute_ms * (share if compute_share is None else compute_share)
     hidden = 0.0
     if overlap:
         hideable = avg.total_ms if spare_core else max(0.0, avg.total_ms - avg.cpu_ms)
