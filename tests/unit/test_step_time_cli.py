@@ -98,3 +98,26 @@ def test_the_command_measures_compute_and_refuses_bad_input_in_one_line():
 def test_a_model_parallel_recipe_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="--predict models data-parallel jobs .* topology is model_parallel"):
         cli.check(["recipe=mnist_model_parallel"], 2, predict="nodes=2,link=1gbit,compute_ms=5,grad_mb=4")
+
+
+def _cfg(*overrides, world=2):
+    from mnframe.builder.validate import validate
+    from mnframe.config.compose import compose
+
+    return validate(compose(["recipe=mnist", *overrides], []), world)
+
+
+def test_threads_per_rank_follow_trainer_threads(monkeypatch):
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    assert step_time.runner_threads(_cfg(), ppn=2, cores=8) == 4  # auto: the node's cores over its ranks
+    assert step_time.runner_threads(_cfg(), ppn=4, cores=2) == 1
+    assert step_time.runner_threads(_cfg("trainer.threads=3"), ppn=1, cores=8) == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert step_time.runner_threads(_cfg(), ppn=1, cores=8) == 2  # the user's environment decides
+
+
+def test_compute_is_measured_in_processes_that_share_the_cores():
+    grad_bytes, arrays, ms, batch = step_time.measure(_cfg("model.n_units=10"), 2, True, threads=1, copies=2)
+    assert arrays == 6 and grad_bytes == 4 * (64 * 10 + 10 + 10 * 10 + 10 + 10 * 10 + 10)
+    assert ms > 0 and batch == 50
