@@ -13,7 +13,9 @@ largest placement, links capped with tc tbf), and for each placement NODESxRANKS
    the compute per rank is measured by that command on this machine, every other constant comes
    from ``communicators/traffic_model.py: CALIBRATION`` (separate microbenchmarks, not these rows);
 2. measures: the same job across the cluster's nodes (bench_e2e_nodes' ``run_side``), ms per
-   iteration = per-rank batch x P / examples per second after the warm-up, median of ``--repeat``.
+   iteration = per-rank batch x P / examples per second after the warm-up.
+
+Each of ``--repeat`` rounds predicts, then measures; the row compares the medians.
 
 It prints both with measured / predicted, and exits 1 when any row is off by more than
 ``--tolerance`` (25%).
@@ -84,9 +86,12 @@ def main(argv=None):
             for w in workloads:
                 for nodes, ppn in placements:
                     run_dir = os.path.join(tmp, f"{w.name}_{rate}_{nodes}x{ppn}")
-                    predicted, compute, text = predict(w, run_dir + "_check", nodes, ppn, rate, args.set)
-                    steps, comm, errors = [], [], []
-                    for rep in range(args.repeat):
+                    steps, comm, errors, predictions, computes, loads = [], [], [], [], [], []
+                    for rep in range(args.repeat):  # each run right after its own prediction
+                        predicted, compute, _ = predict(w, f"{run_dir}_check{rep}", nodes, ppn, rate, args.set)
+                        predictions.append(predicted)
+                        computes.append(compute)
+                        loads.append(os.getloadavg()[0])
                         argv, _ = COMMANDS[w.name](w, f"{run_dir}_{rep}")
                         argv = argv + list(args.set)
                         result, error = run_side(args.name, argv, nodes, ppn, args.timeout, args.netmod)
@@ -100,8 +105,10 @@ def main(argv=None):
                         "workload": w.name,
                         "rate": rate,
                         "placement": f"{nodes}x{ppn}",
-                        "compute_ms": compute,
-                        "predicted_ms": predicted,
+                        "compute_ms": statistics.median(computes),
+                        "predicted_ms": statistics.median(predictions),
+                        "predictions_ms": predictions,
+                        "load": loads,
                         "measured_ms": measured,
                         "runs_ms": steps,
                         "comm_fraction": comm,
