@@ -2,6 +2,7 @@
 
     python -m mnframe [hydra options] [overrides]      train (default recipe: mnist)
     python -m mnframe recipe=X --check --world-size N  validate + print the rank graph, no MPI
+        [--predict nodes=M,link=1gbit]                 + the predicted time per iteration (commands/step_time.py)
     python -m mnframe doctor                           check the MPI/CUDA set-up
     python -m mnframe evaluate RUN_DIR [key=value ...]  evaluate a trained run (mnframe.commands.evaluate)
     python -m mnframe predict RUN_DIR INPUT [...]       run a trained model on new inputs (mnframe.commands.predict)
@@ -52,6 +53,7 @@ def parse_own_flags(argv: Sequence[str]) -> Tuple[argparse.Namespace, List[str]]
     parser.add_argument("--world-size", type=int, default=None)
     parser.add_argument("--has-cuda", action="store_true")
     parser.add_argument("--graph", default=None)
+    parser.add_argument("--predict", default=None)
     return parser.parse_known_args(list(argv))
 
 
@@ -380,14 +382,26 @@ def train(argv: Sequence[str]) -> None:
         follow(world, has_cuda)
 
 
-def check(argv: Sequence[str], world_size: int, has_cuda: bool = False, graph_png: Optional[str] = None) -> str:
+def check(
+    argv: Sequence[str],
+    world_size: int,
+    has_cuda: bool = False,
+    graph_png: Optional[str] = None,
+    predict: Optional[str] = None,
+) -> str:
     """``--check``: compose and validate for ``world_size`` ranks without MPI;
-    return the report (the rank graph for model parallelism)."""
+    return the report (the rank graph for model parallelism; with ``predict``, the
+    predicted time per iteration: ``commands/step_time.py``)."""
     from mnframe.builder.validate import validate
     from mnframe.config import topology
     from mnframe.config.compose import compose, config_dirs_from_argv
     from mnframe.config.schema import ModelParallelTopology
 
+    spec = None
+    if predict is not None:
+        from mnframe.commands import step_time
+
+        spec = step_time.parse_spec(predict, world_size)  # a bad value: one line before composing
     config = compose(_hydra_overrides(argv), config_dirs_from_argv(argv), validate=validate)
     cfg = validate(config, world_size, has_cuda=has_cuda)
     lines = [
@@ -404,6 +418,8 @@ def check(argv: Sequence[str], world_size: int, has_cuda: bool = False, graph_pn
         lines.append(note)
         if graph_png:
             lines.append(f"graph drawn to {topology.render_png(cfg.topology, graph_png, world_size)}")
+    if spec is not None:
+        lines.append(step_time.report(cfg, spec, world_size))
     return "\n".join(lines)
 
 
@@ -460,6 +476,7 @@ def flags_problem(opts: argparse.Namespace, rest: Sequence[str]) -> Optional[str
                 ("--world-size", opts.world_size),
                 ("--has-cuda", opts.has_cuda),
                 ("--graph", opts.graph),
+                ("--predict", opts.predict),
             )
             if value
         ]
@@ -494,7 +511,7 @@ def _main(argv: Sequence[str]) -> None:
     if problem:
         raise agreed(ConfigError(problem))  # the same argv on every rank: the same line
     if opts.check:
-        print(check(rest, opts.world_size or 1, opts.has_cuda or cuda_available(), opts.graph))
+        print(check(rest, opts.world_size or 1, opts.has_cuda or cuda_available(), opts.graph, opts.predict))
         return
     train(rest)
 

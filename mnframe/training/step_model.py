@@ -1,0 +1,65 @@
+"""The predicted time of one training iteration: compute per rank, plus the averaging, less overlap.
+
+Pure arithmetic (``commands/step_time.py`` measures or takes the inputs and prints the table):
+
+* compute: one rank's forward, backward and update alone (ms), stretched by ``cpu_share`` =
+  max(1, ranks sharing the cores / cores): ranks that share cores take turns on them;
+* averaging: ``communicators.traffic_model.averaging_ms`` for the algorithm, wire dtype, link;
+* overlap (``optimizer.overlap``): buckets are averaged while backward runs, so up to the
+  backward part of compute (``BACKWARD_SHARE``) is hidden; with no spare core (``cpu_share`` > 1,
+  or as many ranks on a node as cores) only the wire's wait hides, not the averaging's own CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from mnframe.communicators.traffic_model import Averaging, averaging_ms
+
+# backward's share of forward + backward + update: backward costs about twice the forward
+BACKWARD_SHARE = 0.6
+
+
+@dataclass(frozen=True)
+class Step:
+    compute_ms: float  # compute per rank, after cpu_share
+    averaging: Averaging
+    hidden_ms: float  # the part of the averaging overlap hides
+    step_ms: float
+
+    def examples_per_s(self, global_batch: int) -> float:
+        return global_batch / self.step_ms * 1e3 if self.step_ms > 0 else float("inf")
+
+
+def cpu_share(ranks_on_cores: int, cores: int) -> float:
+    """How many ranks' worth of work each core carries (at least 1)."""
+    return max(1.0, ranks_on_cores / max(1, cores))
+
+
+def predict_step(
+    compute_ms: float,
+    algorithm: str,
+    grad_bytes: float,
+    nodes: int,
+    ppn: int,
+    rate_bps: float,
+    latency_us: float,
+    *,
+    half: bool = False,
+    overlap: bool = False,
+    share: float = 1.0,
+    spare_core: bool = False,
+    arrays: int = 1,
+    compute_share: Optional[float] = None,
+) -> Step:
+    """One iteration of ``nodes`` x ``ppn`` ranks; ``share`` from ``cpu_share``; ``spare_core``:
+    each rank has a core beyond its own for the overlap's thread; ``compute_share`` (default
+    ``share``) stretches ``compute_ms`` instead, 1 where it was measured with the cores shared."""
+    avg = averaging_ms(algorithm, grad_bytes, nodes, ppn, rate_bps, latency_us, half, share, arrays)
+    compute = compute_ms * (share if compute_share is None else compute_share)
+    hidden = 0.0
+    if overlap:
+        hideable = avg.total_ms if spare_core else max(0.0, avg.total_ms - avg.cpu_ms)
+        hidden = min(hideable, BACKWARD_SHARE * compute)
+    return Step(compute, avg, hidden, compute + avg.total_ms - hidden)
