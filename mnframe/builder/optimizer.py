@@ -132,8 +132,8 @@ def autotune_plan(cfg: OptimizerConfig, comm_cfg, comm, model, data_parallel):
             return [], why
     cands = candidates(
         comm_cfg.name,
+        comm.size,
         getattr(comm, "inter_size", 1),
-        getattr(comm, "intra_size", comm.size),
         overlap=None if cfg.overlap == AUTO else cfg.overlap,
         bucket_cap_mb=cfg.bucket_cap_mb,
         communicator_free=comm_cfg.chosen_by_auto,

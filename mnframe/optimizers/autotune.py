@@ -57,7 +57,7 @@ class Candidate:
         return f"{self.communicator}, overlap, buckets of 1/{self.sized_buckets} of the model"
 
 
-def candidates(name, inter_size, intra_size, *, overlap, bucket_cap_mb, communicator_free) -> List[Candidate]:
+def candidates(name, size, inter_size, *, overlap, bucket_cap_mb, communicator_free) -> List[Candidate]:
     """The settings to try, the old default (``name``, ``overlap``) first. ``overlap``: True or
     False when the user set it (then it is not tried otherwise), None when it is free;
     ``communicator_free``: the name came from ``communicator: auto``. Pruned to keep the trial
@@ -69,7 +69,8 @@ def candidates(name, inter_size, intra_size, *, overlap, bucket_cap_mb, communic
     else:
         settings = [(overlap, bucket_cap_mb if bucket_cap_mb is not None else SIZED_BUCKETS[0])]
     names = [name]
-    if communicator_free and name in EXACT_CPU and inter_size > 1 and intra_size > 1:
+    # size and inter_size are the same on every rank (a rank's intra_size is not, on uneven nodes)
+    if communicator_free and name in EXACT_CPU and 1 < inter_size < size:
         names += [n for n in EXACT_CPU if n != name]
     out = []
     for i, n in enumerate(names):
