@@ -12,9 +12,11 @@ steps are ordinary training steps and the trajectory is bitwise the old default'
 As ``allreduce_grad_dtype='auto'`` (``communicators/wire_choice.py``) does for the wire:
 the candidates take turns step by step, ``TRIALS`` timed steps each after one untimed step
 (the first step of a setting records its bucket order or allocates its buffers); the
-ranks then agree on the slowest rank's median of each and keep the fastest. The schedule
-depends only on the count of steps, and the choice on numbers every rank shares, so every
-rank runs the same setting in every step. Rank 0 logs each candidate's time and the choice.
+ranks then agree on the slowest rank's median of each and keep the fastest. Since every
+trial step of a slow candidate costs the run time, candidates far slower than the fastest
+leave the trial early (``DROP_AFTER``). The schedule depends only on the count of steps,
+and every choice on numbers every rank shares, so every rank runs the same setting in
+every step. Rank 0 logs each candidate's time and the choice.
 A resumed run tries again (a few steps; the choice is not saved).
 """
 
@@ -36,6 +38,10 @@ TRIALS = 3  # timed steps per candidate (after one untimed step each)
 EXACT_CPU = ("two_dimensional", "hierarchical")
 # bucket sizes tried with overlap: the model's gradient bytes over these (optimizers/overlap.py)
 SIZED_BUCKETS = (4, 2)
+# after this many timed steps, candidates slower than factor x the fastest leave the trial (each
+# slow step costs the run time): the first at 2x (that step may still carry a first use's cost)
+DROP_AFTER = {1: 2.0, 2: 1.25}
+KEEP_DEFAULT_WITHIN = 0.03  # another setting must be this much faster than the old default to be kept
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +104,7 @@ def _same_strategy(base, name):
 
 class Tuner:
     """Runs each update of a multi-node optimizer with the setting the trial gives it (see the
-    module doc). ``decision``: after the trial, {label: slowest rank's median seconds}, and
+    module doc). ``decision``: after the trial, {label: (slowest rank's seconds, verdict)}, and
     ``chosen``: the kept candidate."""
 
     def __init__(self, optimizer, cands, base_name):
@@ -112,10 +118,12 @@ class Tuner:
                     self.base if c.communicator == base_name else _same_strategy(self.base, c.communicator)
                 )
         self.averagers = {}  # candidate index -> OverlapAverager
-        self.steps = 0  # stepping updates of the trial so far
+        self.active = list(range(len(self.candidates)))  # still in the trial, in turn order
+        self.pos = 0  # the next in ``active`` to run
+        self.round = 0  # rounds done (round 0 is untimed)
         self.times = [[] for _ in self.candidates]
         self.chosen = None
-        self.decision = None
+        self.decision = {}
 
     # ---- one update
     def update(self, lossfun, args, kwds):
@@ -125,7 +133,7 @@ class Tuner:
         if lossfun is None:  # the caller ran backward: overlap cannot apply; keep the old default
             self._settle(0, "update() is called without a loss function (the caller runs backward)")
             return opt._update(lossfun, *args, **kwds)
-        i = self.steps % len(self.candidates)
+        i = self.active[self.pos]
         self._apply(i)
         before = opt.actual_optimizer.t
         start = time.perf_counter()
@@ -133,11 +141,13 @@ class Tuner:
         seconds = time.perf_counter() - start
         if opt.actual_optimizer.t == before:  # broadcast-only (ChainerMN's first update): not a trial step
             return
-        if self.steps >= len(self.candidates):  # the first round is untimed
+        if self.round > 0:
             self.times[i].append(seconds)
-        self.steps += 1
-        if self.steps == len(self.candidates) * (TRIALS + 1):
-            self._decide()
+        self.pos += 1
+        if self.pos == len(self.active):
+            self.pos = 0
+            self.round += 1
+            self._end_round()
 
     def _apply(self, i):
         c = self.candidates[i]
@@ -152,24 +162,58 @@ class Tuner:
 
             c = self.candidates[i]
             av = OverlapAverager(self.comms[c.communicator], self.optimizer.zero_fill, c.bucket_cap_mb, c.sized_buckets)
+            av._bucket_comm(0)  # its communicator and thread now, in the untimed round (collective: every rank)
             self.averagers[i] = av
         return av
 
     # ---- the choice
-    def _decide(self):
-        mine = [statistics.median(t) for t in self.times]
+    def _slowest(self, summary):
+        """Per active candidate, the slowest rank's ``summary`` of its timed steps (collective)."""
+        mine = [summary(self.times[i]) for i in self.active]
         every = object_ops.allgather_obj(self.base.mpi_comm, mine)
-        slowest = [max(m[i] for m in every) for i in range(len(self.candidates))]
-        best = min(range(len(slowest)), key=slowest.__getitem__)
-        self.decision = {c.label: s for c, s in zip(self.candidates, slowest)}
+        return {i: max(m[k] for m in every) for k, i in enumerate(self.active)}
+
+    def _end_round(self):
+        timed = self.round - 1  # timed rounds done
+        if timed < 1:
+            return
+        if timed >= TRIALS:
+            slowest = self._slowest(statistics.median)
+            for i, s in slowest.items():
+                self.decision[self.candidates[i].label] = (s, f"median of {TRIALS}")
+            self._decide(slowest)
+            return
+        factor = DROP_AFTER.get(timed)
+        if factor is None:
+            return
+        slowest = self._slowest(min)  # the least disturbed of its steps so far
+        fastest = min(slowest.values())
+        for i, s in slowest.items():
+            if s > factor * fastest:
+                self.decision[self.candidates[i].label] = (
+                    s,
+                    f"dropped after {timed} timed step(s): > {factor}x the fastest",
+                )
+        self.active = [i for i in self.active if slowest[i] <= factor * fastest]
+        if len(self.active) == 1:
+            self._decide({i: slowest[i] for i in self.active})
+
+    def _decide(self, slowest):
+        best = min(slowest, key=slowest.get)
+        if 0 in slowest and slowest[0] <= (1 + KEEP_DEFAULT_WITHIN) * slowest[best]:
+            best = 0  # a tie within the noise: keep the old default
+        for i, s in slowest.items():
+            self.decision.setdefault(self.candidates[i].label, (s, "the last one left"))
         if self.base.rank == 0:
-            for c, s in zip(self.candidates, slowest):
-                log.info("autotune: %-55s %7.1f ms per step (slowest rank's median of %d)", c.label, s * 1e3, TRIALS)
-        why = (
-            "the old default is the fastest"
-            if best == 0
-            else f"fastest: {slowest[0] / slowest[best]:.2f}x the speed of the old default ({self.candidates[0].label})"
-        )
+            for c in self.candidates:
+                s, how = self.decision[c.label]
+                log.info("autotune: %-55s %7.1f ms per step (slowest rank, %s)", c.label, s * 1e3, how)
+        if best == 0:
+            why = f"the old default is the fastest, or within {KEEP_DEFAULT_WITHIN:.0%} of it"
+        else:
+            base = self.decision.get(self.candidates[0].label, (None,))[0]
+            speed = "" if base is None else f" ({base / slowest[best]:.2f}x the speed of the old default)"
+            why = "the fastest" + speed
         self._settle(best, why)
 
     def _settle(self, best, why):
