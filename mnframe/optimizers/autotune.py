@@ -36,6 +36,9 @@ TRIALS = 3  # timed steps per candidate (after one untimed step each)
 # (tests/mpi/test_opt_autotune.py::test_exact_communicators_agree_bitwise). flat and naive use
 # MPI_Allreduce, whose order of summation differs from 3 ranks on: not candidates.
 EXACT_CPU = ("two_dimensional", "hierarchical")
+# CPU communicators whose every element is summed in rank order, however the buffer is cut (so
+# buckets cannot change a bit): overlap is tried with these only (single_node: two_dimensional's reducer)
+RANK_ORDER_SUMS = EXACT_CPU + ("single_node",)
 # bucket sizes tried with overlap: the model's gradient bytes over these (optimizers/overlap.py)
 SIZED_BUCKETS = (4, 2)
 # after this many timed steps, candidates slower than factor x the fastest leave the trial (each
@@ -69,6 +72,8 @@ def candidates(name, size, inter_size, *, overlap, bucket_cap_mb, communicator_f
     ``communicator_free``: the name came from ``communicator: auto``. Pruned to keep the trial
     short: the other exact communicator only across nodes with several ranks per node (on one
     node, or one rank per node, it runs the same steps), and there with one bucket size."""
+    if overlap is None and name not in RANK_ORDER_SUMS:
+        overlap = False  # MPI_Allreduce's order may depend on the message size: buckets could change bits
     if overlap is None:
         sizes = [bucket_cap_mb] if bucket_cap_mb is not None else list(SIZED_BUCKETS)
         settings = [(False, None)] + [(True, s) for s in sizes]
