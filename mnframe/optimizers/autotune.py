@@ -136,7 +136,8 @@ class Tuner:
         if self.chosen is not None:
             return opt._update(lossfun, *args, **kwds)
         if lossfun is None:  # the caller ran backward: overlap cannot apply; keep the old default
-            self._settle(0, "update() is called without a loss function (the caller runs backward)")
+            # nothing was swapped yet: leave the optimizer as built (an updater may have wrapped its communicator)
+            self._settle(0, "update() is called without a loss function (the caller runs backward)", apply=False)
             return opt._update(lossfun, *args, **kwds)
         i = self.active[self.pos]
         self._apply(i)
@@ -221,11 +222,12 @@ class Tuner:
             why = "the fastest" + speed
         self._settle(best, why)
 
-    def _settle(self, best, why):
+    def _settle(self, best, why, apply=True):
         """Keep candidate ``best`` from now on; free the others (collective: every rank settles in
         the same update)."""
         self.chosen = self.candidates[best]
-        self._apply(best)
+        if apply:
+            self._apply(best)
         keep = self.averagers.get(best)
         for av in list(self.averagers.values()):
             if av is not keep:
