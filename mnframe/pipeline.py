@@ -80,7 +80,11 @@ def build_trainer(
     models = build_models(cfg, comms)
     for model in models.values():
         model.to_device(device)
-    optimizers = {name: build_optimizer(cfg.optimizer, model, comms.data) for name, model in models.items()}
+    data_parallel = not isinstance(cfg.topology, ModelParallelTopology)
+    optimizers = {
+        name: build_optimizer(cfg.optimizer, model, comms.data, cfg.communicator, data_parallel)
+        for name, model in models.items()
+    }
     log.info("%s", describe_memory(models))
     micro_batch = per_rank_batch_size(cfg.dataset, comms.data.size) * comms.data.size  # one micro-batch, all ranks
     timer = PhaseTimer() if cfg.debug.profile else None

@@ -91,9 +91,11 @@ class Probe(training.Extension):
         self._timer = None
         self._batch = None
         self._size = 1
+        self._optimizer = None
 
     def initialize(self, trainer):
         optimizer = trainer.updater.get_optimizer("main")
+        self._optimizer = optimizer
         comm = getattr(optimizer, "communicator", None)
         if getattr(optimizer, "_overlap", None) is not None:  # mnframe's overlap: the unhidden wait
             self._size = comm.size
@@ -132,6 +134,8 @@ class Probe(training.Extension):
             "examples_per_s": None,
             "step_s": None,
             "comm_fraction": None,
+            "grad_bytes": _grad_bytes(self._optimizer),
+            "autotune": _autotune_choice(self._optimizer),
         }
         if len(marks) >= 2:
             steps = len(marks) - 1
@@ -143,6 +147,19 @@ class Probe(training.Extension):
 
     def finalize(self):
         print("BENCH_RESULT " + json.dumps(self.result()), flush=True)
+
+
+def _grad_bytes(optimizer):
+    """Bytes of the gradients one averaging moves (the model's parameters)."""
+    target = getattr(optimizer, "target", None)
+    return None if target is None else int(sum(p.array.nbytes for p in target.params() if p.array is not None))
+
+
+def _autotune_choice(optimizer):
+    """mnframe's optimizer.autotune: the setting it kept (None: no trial, or the peer)."""
+    tuner = getattr(optimizer, "_tuner", None) if optimizer is not None and hasattr(optimizer, "_update") else None
+    chosen = getattr(tuner, "chosen", None)
+    return None if chosen is None else chosen.label
 
 
 def add_to(trainer, comm, **kwargs):

@@ -7,13 +7,19 @@ the ``lr_schedule`` builds its own extension (``mnframe.config.schema_schedules`
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List
+import logging
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
 
 from mnframe._internal.config_issue import unknown_name
 from mnframe._internal.import_path import resolve as import_target
 from mnframe._internal.targets import check_target
 from mnframe.config.issues import ConfigIssue, join_path
-from mnframe.config.schema import OptimizerConfig
+from mnframe.config.schema import CommunicatorConfig, OptimizerConfig
+
+log = logging.getLogger("mnframe.optimizers")
+AUTO = "auto"  # optimizer.overlap not set: optimizer.autotune decides, else off
 
 OPTIMIZERS: Dict[str, str] = {
     "sgd": "chainer.optimizers.SGD",
@@ -72,8 +78,11 @@ HOOKS: Dict[str, Callable[[float], Any]] = {
 }
 
 
-def build_optimizer(cfg: OptimizerConfig, model, comm):
-    """``create_multi_node_optimizer(actual, comm, ...)`` set up on ``model``, hooks added."""
+def build_optimizer(
+    cfg: OptimizerConfig, model, comm, comm_cfg: Optional[CommunicatorConfig] = None, data_parallel=True
+):
+    """``create_multi_node_optimizer(actual, comm, ...)`` set up on ``model``, hooks added; with
+    ``optimizer.autotune``, the trial of the exact settings left unset (``autotune_plan``)."""
     from mnframe.optimizers.multi_node import create_multi_node_optimizer  # imports mpi4py.MPI
 
     actual = import_target(cfg.target or OPTIMIZERS[cfg.name])(**optimizer_kwargs(cfg))
@@ -82,15 +91,54 @@ def build_optimizer(cfg: OptimizerConfig, model, comm):
         comm,
         double_buffering=cfg.double_buffering,
         zero_fill=cfg.zero_fill,
-        overlap=cfg.overlap,
-        bucket_cap_mb=cfg.bucket_cap_mb,
+        overlap=cfg.overlap is True,
+        bucket_cap_mb=cfg.bucket_cap_mb if cfg.overlap is True else None,
     )
     optimizer.setup(model)
+    cands, why_not = autotune_plan(cfg, comm_cfg, comm, model, data_parallel)
+    if cands:
+        from mnframe.optimizers import autotune
+
+        autotune.attach(optimizer, cands, comm_cfg.name)
+    elif comm.rank == 0 and cfg.overlap == AUTO:
+        log.info("autotune: off (%s): %s, no overlap", why_not, getattr(comm_cfg, "name", "the communicator"))
     for field, make_hook in HOOKS.items():
         value = getattr(cfg, field)
         if value is not None:
             optimizer.add_hook(make_hook(value))
     return optimizer
+
+
+def autotune_plan(cfg: OptimizerConfig, comm_cfg, comm, model, data_parallel):
+    """(the candidates of ``optimizer.autotune``'s trial, or [] and why there is none). Only
+    settings whose results are bitwise the old default's are tried, and only those the user
+    left unset: an explicit option always wins; float16 or ``auto`` on the wire, compression
+    and double buffering are the user's choice of numerics or staleness, so they end the trial."""
+    from mnframe.optimizers.autotune import candidates
+
+    if not cfg.autotune:
+        return [], "optimizer.autotune=false"
+    reasons = [
+        (comm_cfg is None, "no communicator settings given"),
+        (not data_parallel, "a model-parallel topology"),
+        (getattr(comm, "size", 1) < 2, "one rank averages nothing"),
+        (getattr(model, "xp", np) is not np, "GPU gradients (the overlap's GPU path is not yet run on a GPU)"),
+        (cfg.double_buffering, "optimizer.double_buffering=true"),
+        (comm_cfg is not None and comm_cfg.compression != "none", "communicator.compression is set"),
+        (comm_cfg is not None and comm_cfg.allreduce_grad_dtype == "auto", "allreduce_grad_dtype=auto"),
+    ]
+    for hit, why in reasons:
+        if hit:
+            return [], why
+    cands = candidates(
+        comm_cfg.name,
+        comm.size,
+        getattr(comm, "inter_size", 1),
+        overlap=None if cfg.overlap == AUTO else cfg.overlap,
+        bucket_cap_mb=cfg.bucket_cap_mb,
+        communicator_free=comm_cfg.chosen_by_auto,
+    )
+    return (cands, "") if len(cands) > 1 else ([], "every averaging option is set")
 
 
 def schedule_extension(cfg: OptimizerConfig, optimizer):
@@ -149,7 +197,7 @@ def _averaging_issues(cfg: OptimizerConfig) -> List[ConfigIssue]:
     # double_buffering works with every communicator (pure_nccl: NCCL on a CUDA stream; the others:
     # non-blocking MPI, CPU or GPU), so it needs no check here; nor does overlap
     issues = []
-    if cfg.overlap and cfg.double_buffering:
+    if cfg.overlap is True and cfg.double_buffering:
         issues.append(
             ConfigIssue(
                 "optimizer.overlap",
@@ -159,13 +207,13 @@ def _averaging_issues(cfg: OptimizerConfig) -> List[ConfigIssue]:
                 "average) or optimizer.overlap=false (double buffering: one step stale)",
             )
         )
-    if cfg.bucket_cap_mb is not None and not cfg.overlap:
+    if cfg.bucket_cap_mb is not None and (cfg.overlap is False or (cfg.overlap == AUTO and not cfg.autotune)):
         issues.append(
             ConfigIssue(
                 "optimizer.bucket_cap_mb",
                 "sizes the buckets of optimizer.overlap, which is off",
                 value=cfg.bucket_cap_mb,
-                allowed="optimizer.overlap=true, or bucket_cap_mb=null",
+                allowed="optimizer.overlap=true (or auto with optimizer.autotune=true), or bucket_cap_mb=null",
             )
         )
     return issues

@@ -79,6 +79,8 @@ class CommunicatorConfig(Strict):
     device (pure_nccl on GPUs, two_dimensional on CPUs)."""
 
     name: str = "auto"
+    # set by validation when ``name`` was auto: optimizer.autotune may try the other exact strategies
+    chosen_by_auto: bool = False
     # auto: float16 on the wire where the first calls measure it faster (communicators/wire_choice.py)
     allreduce_grad_dtype: Optional[Literal["float16", "float32", "float64", "auto"]] = None
     batched_copy: bool = False
@@ -105,7 +107,10 @@ class OptimizerConfig(BaseModel):
     name: Optional[str] = "momentum_sgd"
     target: Optional[str] = Field(None, alias="_target_")
     double_buffering: bool = False
-    overlap: bool = False
+    # auto (not set): the runner's trial picks it with optimizer.autotune, else off (docs/autotune.md)
+    overlap: Union[bool, Literal["auto"]] = "auto"
+    # try the exact settings not set (overlap, bucket sizes, communicator) in the first steps; keep the fastest
+    autotune: bool = True
     bucket_cap_mb: Optional[float] = Field(None, gt=0)
     zero_fill: bool = True
     weight_decay: Optional[float] = Field(None, ge=0)

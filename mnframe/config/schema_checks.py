@@ -311,7 +311,7 @@ def resolve_auto_communicator(raw: Dict[str, Any], has_cuda: bool) -> Dict[str, 
         return raw
     trainer = raw.get("trainer") if isinstance(raw.get("trainer"), dict) else {}
     device = cuda_env.training_device(trainer.get("device", "cpu"), has_cuda)
-    return {**raw, "communicator": {**comm, "name": name_for_device(device)}}
+    return {**raw, "communicator": {**comm, "name": name_for_device(device), "chosen_by_auto": True}}
 
 
 # -- pass 3 on what the schema alone says ----------------------------------------

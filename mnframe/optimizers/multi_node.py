@@ -54,7 +54,16 @@ def _averager(communicator):
     return resolve(AVERAGERS[getattr(communicator, "double_buffering", "mpi")])(communicator)
 
 
-_OWN = ("actual_optimizer", "communicator", "zero_fill", "_synced_layout", "_update_layout", "_averager", "_overlap")
+_OWN = (
+    "actual_optimizer",
+    "communicator",
+    "zero_fill",
+    "_synced_layout",
+    "_update_layout",
+    "_averager",
+    "_overlap",
+    "_tuner",
+)
 
 # the serialized flag: the broadcast-only update was made in the parameter layout of the file
 BROADCAST_DONE_KEY = "multi_node_broadcast_done"
@@ -119,6 +128,7 @@ class _MultiNodeOptimizer:
         d["_update_layout"] = None  # layout in which update() made its broadcast-only call
         d["_averager"] = averager  # double buffering
         d["_overlap"] = overlap  # averaging overlapped with backward (mnframe.optimizers.overlap)
+        d["_tuner"] = None  # the runner's trial of exact settings (mnframe.optimizers.autotune)
 
     # ---- forwarding: the wrapper is the wrapped optimizer plus synchronisation
     def __getattr__(self, name):
@@ -170,6 +180,11 @@ class _MultiNodeOptimizer:
         the ranks and updates (with double buffering: see
         ``create_multi_node_optimizer``).
         """
+        if self._tuner is not None:  # the runner's autotune picks this update's communicator and overlap
+            return self._tuner.update(lossfun, args, kwds)
+        return self._update(lossfun, *args, **kwds)
+
+    def _update(self, lossfun=None, *args, **kwds):
         target = self.actual_optimizer.target
         if self._update_layout is None or self._update_layout is _LOADED:
             self._agree_on_resume(target)
@@ -291,6 +306,8 @@ class _MultiNodeOptimizer:
             close()
         if self._overlap is not None:
             self._overlap.close()
+        if self._tuner is not None:
+            self._tuner.close()
 
 
 def create_multi_node_optimizer(

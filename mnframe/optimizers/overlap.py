@@ -57,11 +57,12 @@ FIRST_BUCKET_CAP_MB = 1.0
 SIZED_BUCKETS = 4
 
 
-def bucket_cap_bytes(bucket_cap_mb, total_bytes):
-    """The largest bucket: ``bucket_cap_mb`` MiB, or sized to the model (``total_bytes``) when None."""
+def bucket_cap_bytes(bucket_cap_mb, total_bytes, sized_buckets=SIZED_BUCKETS):
+    """The largest bucket: ``bucket_cap_mb`` MiB, or sized to the model (``total_bytes`` over
+    ``sized_buckets``) when None."""
     if bucket_cap_mb is not None:
         return max(1, int(bucket_cap_mb * MIB))
-    return int(min(DEFAULT_BUCKET_CAP_MB * MIB, max(FIRST_BUCKET_CAP_MB * MIB, total_bytes / SIZED_BUCKETS)))
+    return int(min(DEFAULT_BUCKET_CAP_MB * MIB, max(FIRST_BUCKET_CAP_MB * MIB, total_bytes / sized_buckets)))
 
 
 class _Params:
@@ -95,10 +96,11 @@ def plan_buckets(order, sizes, cap_bytes, first_cap_bytes=None):
 class OverlapAverager:
     """Averages a model's gradients bucket by bucket during ``backward`` (see the module doc)."""
 
-    def __init__(self, communicator, zero_fill, bucket_cap_mb=None):
+    def __init__(self, communicator, zero_fill, bucket_cap_mb=None, sized_buckets=SIZED_BUCKETS):
         self.communicator = communicator
         self.zero_fill = zero_fill
         self.bucket_cap_mb = bucket_cap_mb  # None: sized to the model (bucket_cap_bytes)
+        self.sized_buckets = sized_buckets  # without bucket_cap_mb: the model's bytes over this
         self._plans = {}  # layout -> buckets (tuples of names)
         self._order = None  # names in the order of the last recorded backward, until the ranks agree on it
         self._comm = None  # the bucket communicator (a split of ``communicator``), made on first use
@@ -144,7 +146,10 @@ class OverlapAverager:
         if len(self._plans) >= 8:
             self._plans.clear()
         plan = self._plans[layout] = plan_buckets(
-            order, sizes, bucket_cap_bytes(self.bucket_cap_mb, sum(sizes.values())), int(FIRST_BUCKET_CAP_MB * MIB)
+            order,
+            sizes,
+            bucket_cap_bytes(self.bucket_cap_mb, sum(sizes.values()), self.sized_buckets),
+            int(FIRST_BUCKET_CAP_MB * MIB),
         )
         self._bucket_comm(len(plan))
         return plan
