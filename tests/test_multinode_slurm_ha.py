@@ -124,13 +124,24 @@ def first_checkpoint(run_dir):
 
 @pytest.mark.parametrize(
     "recipe,lost",
-    [(None, 2), ("mnist_dual_parallel", 2), (None, 1)],
+    [
+        (None, 2),
+        ("mnist_dual_parallel", 2),
+        pytest.param(
+            None,
+            1,
+            marks=pytest.mark.xfail(
+                run=False,
+                reason="the batch host's death: with --no-kill Slurm 22.05 kills the batch script and keeps "
+                "the job RUNNING, empty, until its time limit (docs/multi_node.md, 'A lost node')",
+            ),
+        ),
+    ],
     ids=["data_parallel", "dual_parallel", "batch_host_data_parallel"],
 )
 def test_sbatch_example_loses_a_node_and_ends_with_the_final_model(cluster, tmp_path, recipe, lost):
-    """Node ``lost`` dies after the first checkpoint: node2, or node1 (the batch host). Either way
-    Slurm requeues the job once the node has been silent for SlurmdTimeout, and the requeued job
-    starts on the node left after its requeue hold (AuthInfo's cred_expire, 120 s by default)."""
+    """Node ``lost`` dies after the first checkpoint: node2 (the script's loop reruns the step on
+    node1); node1, the batch host, is a known failure (xfail, not run)."""
     run_dir = tmp_path / "run"
     output = Path(f"{run_dir}.out")
     overrides = [f"recipe={recipe}"] if recipe else []  # the example's recipe=mnist otherwise
@@ -158,10 +169,7 @@ def test_sbatch_example_loses_a_node_and_ends_with_the_final_model(cluster, tmp_
     assert final == "COMPLETED", out[-4000:]
     assert "training on 2 node(s) (node[1-2]) at world size 4" in out, out[-4000:]
     left = 3 - lost
-    said = (
-        r"requeued by Slurm \(restart 1; it ran on node\[1-2\] at world size 4\); resuming from checkpoint"
-        rf" iter_\d+ on 1 node\(s\) \(node{left}\) at world size 2"
-    )
+    said = rf"node\(s\) node{lost} lost; resuming from checkpoint iter_\d+ at world size 2 on 1 node"
     assert re.search(said, out), out[-4000:]
     assert f"training on 1 node(s) (node{left}) at world size 2" in out, out[-4000:]
     resumed = [ln for ln in out.splitlines() if "mnframe checkpoint: resumed from" in ln]
