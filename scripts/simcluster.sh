@@ -12,6 +12,7 @@
 #   scripts/simcluster.sh mpiexec [--name P] [--ppn K] [--nodes-used M] [--netmod ofi|ucx] -- CMD...
 #       runs $MPIEXEC (default: .venv/bin/mpiexec, the mpich wheel) with K ranks on each of the
 #       first M nodes (default: all), via the cluster's launcher
+#   scripts/simcluster.sh kill [--name P] nodeI     # node I dies: link down, all its processes killed
 #   scripts/simcluster.sh check                     # exit 0 if a cluster can be built here, else why
 #
 # Naming (P: 1-8 characters [a-z0-9], default "sc"): namespaces P-node1.., bridge P-br, veths
@@ -34,7 +35,7 @@ NETMOD=${SIMCLUSTER_NETMOD:-ofi}
 die() { echo "simcluster: $*" >&2; exit 2; }
 
 cmd=${1:-}
-[ -n "$cmd" ] || die "usage: simcluster.sh up|down|status|env|exec|mpiexec|check [options] (see the top of this file)"
+[ -n "$cmd" ] || die "usage: simcluster.sh up|down|status|env|exec|mpiexec|kill|check [options] (see the top of this file)"
 shift
 EXEC_ARGS=()
 while [ $# -gt 0 ]; do
@@ -99,25 +100,34 @@ kill_pidfile() {  # kill_pidfile FILE: kill the daemon whose pid is in FILE if i
   fi
 }
 
-down_one() {
+kill_nodes() {  # kill_nodes NETNS...: SIGKILL every process in these node namespaces
   local n f keep=" "
   for f in "$STATE"/spool/slurmd.*.pid; do [ -f "$f" ] && keep+="$(cat "$f") "; done
   # Every process inside this cluster's namespaces (slurmd, job steps, ranks) was started by us:
   # first all but the slurmds, then empty the named cgroup hierarchies the slurmds used (children
   # first, so the kernel frees them), then the slurmds.
-  for n in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$NAME-node[0-9]+$" || true); do
+  for n in "$@"; do
     for f in $(ip netns pids "$n" 2>/dev/null || true); do
       [[ $keep == *" $f "* ]] || kill -9 "$f" 2>/dev/null || true
     done
   done
-  for f in $keep; do
-    nsenter -t "$f" -m sh -c 'find /sys/fs/cgroup/systemd -mindepth 1 -depth -type d -exec rmdir {} + ' \
-      2>/dev/null || true
+  for n in "$@"; do
+    for f in $(ip netns pids "$n" 2>/dev/null || true); do
+      [[ $keep == *" $f "* ]] || continue
+      nsenter -t "$f" -m sh -c 'find /sys/fs/cgroup/systemd -mindepth 1 -depth -type d -exec rmdir {} + ' \
+        2>/dev/null || true
+    done
   done
-  for n in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$NAME-node[0-9]+$" || true); do
+  for n in "$@"; do
     f=$(ip netns pids "$n" 2>/dev/null || true)
     [ -z "$f" ] || kill -9 $f 2>/dev/null || true
   done
+}
+
+down_one() {
+  local n
+  # shellcheck disable=SC2046
+  kill_nodes $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$NAME-node[0-9]+$" || true)
   kill_pidfile "$STATE/slurmctld.pid"
   kill_pidfile "$STATE/munge/munged.pid"
   for n in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$NAME-node[0-9]+$" || true); do
@@ -327,5 +337,14 @@ case $cmd in
     ip netns list | grep -q "^$(ns "$i") " || ip netns list | grep -q "^$(ns "$i")\$" || die "no node $node in cluster $NAME"
     in_node "$i" "${EXEC_ARGS[@]:1}" ;;
   mpiexec) run_mpiexec ;;
-  *) die "unknown command '$cmd' (up|down|status|env|exec|mpiexec|check)" ;;
+  kill)
+    # A node dies: its link goes down first (nothing it sends any more reaches the others), then
+    # every process in its namespaces is killed, its slurmd too. The namespace stays (down removes it).
+    [ ${#EXEC_ARGS[@]} -eq 1 ] || die "usage: simcluster.sh kill [--name P] nodeI"
+    node=${EXEC_ARGS[0]}; i=${node#node}
+    ip netns list | grep -qE "^$(ns "$i")( |\$)" || die "no node $node in cluster $NAME"
+    ip netns exec "$(ns "$i")" ip link set eth0 down
+    kill_nodes "$(ns "$i")"
+    echo "simcluster $NAME: $node killed (link down, every process killed)" ;;
+  *) die "unknown command '$cmd' (up|down|status|env|exec|mpiexec|kill|check)" ;;
 esac

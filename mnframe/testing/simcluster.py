@@ -82,6 +82,11 @@ class SimCluster:
     def state(self):
         return Path(self.env["SIMCLUSTER_STATE"])
 
+    def kill_node(self, node):
+        """Node ``node`` (1-based) dies: its link goes down, then every process in its namespaces
+        (its slurmd too) is killed; only ``down`` brings the cluster back to a clean state."""
+        _script("kill", "--name", self.name, f"node{node}", timeout=60)
+
     def node_cmd(self, node, argv):
         """argv that runs ``argv`` on node ``node`` (1-based): its network and UTS namespace."""
         return ["bash", str(SCRIPT), "exec", "--name", self.name, f"node{node}", *map(str, argv)]
