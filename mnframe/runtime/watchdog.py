@@ -190,6 +190,9 @@ class Watchdog:
         self.comm = mpi_comm.Dup() if self.side_channel else mpi_comm
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
+        # Every rank's host, learnt now while all answer: a rank that later goes silent (its node
+        # died or its link was cut) can then still be named by its node in the report.
+        self.hosts = self.comm.allgather(socket.gethostname()) if self.size > 1 else [socket.gethostname()]
         self.summaries = {}
         self.exited = {}
         self.exiting = False
@@ -297,7 +300,7 @@ class Watchdog:
             self._drain()
         summaries = dict(self.summaries)
         summaries[self.rank] = mine
-        text = timeout_report(summaries, self.size, self.rank, deadline, report_dir())
+        text = timeout_report(summaries, self.size, self.rank, deadline, report_dir(), self.hosts)
         reporters = [r for r, s in summaries.items() if s.get("timed_out")]
         from mnframe.runtime import guard
 
@@ -372,7 +375,7 @@ class Watchdog:
         if min(finished) == self.rank:
             guard.abort(
                 ExitStatus.COLLECTIVE_TIMEOUT,
-                exit_report(summaries, finished, self.size, self.rank, timeout, report_dir()),
+                exit_report(summaries, finished, self.size, self.rank, timeout, report_dir(), self.hosts),
             )
         time.sleep(COLLECT_S)  # the lowest finished rank prints the report and aborts the job
         guard.abort(ExitStatus.COLLECTIVE_TIMEOUT)
@@ -398,8 +401,19 @@ def write_record(summary, rank):
     return path
 
 
-def timeout_report(summaries, size, rank, deadline, directory):
-    """The human-readable verdict: the operation and which ranks never arrived."""
+def ranks_by_host(ranks, hosts=None):
+    """'4, 5 on node3; 6 on node4' (hosts: every rank's host, or None: '4, 5, 6')."""
+    if not hosts:
+        return ", ".join(map(str, ranks))
+    groups = {}
+    for r in ranks:
+        groups.setdefault(hosts[r] if r < len(hosts) else "?", []).append(r)
+    return "; ".join(f"{', '.join(map(str, rs))} on {host}" for host, rs in groups.items())
+
+
+def timeout_report(summaries, size, rank, deadline, directory, hosts=None):
+    """The human-readable verdict: the operation and which ranks never arrived, and on which nodes
+    (``hosts``, every rank's host as learnt at start, names even the ranks that no longer answer)."""
     me = summaries[rank]
     op = me["current"]
     same, elsewhere, never, silent = [], [], [], []
@@ -429,12 +443,14 @@ def timeout_report(summaries, size, rank, deadline, directory):
         lines.append(f"  in a different operation: rank {s['rank']} in {describe_op(s['current'])}")
     if silent:
         lines.append(
-            f"  no answer from ranks {', '.join(map(str, silent))} (dead, or busy in native "
+            f"  no answer from ranks {ranks_by_host(silent, hosts)} (dead, or busy in native "
             f"code without releasing the GIL)"
         )
     if never or elsewhere or silent:
         missing = sorted([s["rank"] for s in never] + [s["rank"] for s in elsewhere] + silent)
         lines.append(f"  => ranks that never arrived in {op['op']}: {', '.join(map(str, missing))}")
+        if hosts:
+            lines.append(f"  => their nodes: {ranks_by_host(missing, hosts)}")
     lines.append(
         f"  per-rank records (last operations, Python stacks): {os.path.join(directory, RECORD_PREFIX)}<rank>.json"
     )
@@ -442,7 +458,7 @@ def timeout_report(summaries, size, rank, deadline, directory):
     return "\n".join(lines)
 
 
-def exit_report(summaries, finished, size, rank, timeout, directory):
+def exit_report(summaries, finished, size, rank, timeout, directory, hosts=None):
     """The verdict when ranks reached the end of the job but others did not, within the exit deadline."""
     me = summaries[rank]
     lines = [
@@ -458,7 +474,8 @@ def exit_report(summaries, finished, size, rank, timeout, directory):
         s = summaries.get(r)
         if s is None:
             lines.append(
-                f"  did not finish: rank {r}, no answer (dead, or busy in native code without releasing the GIL)"
+                f"  did not finish: rank {r}{f' (host {hosts[r]})' if hosts else ''}, no answer "
+                f"(dead, or busy in native code without releasing the GIL)"
             )
         elif s.get("current") is not None:
             lines.append(

@@ -1,0 +1,177 @@
+"""mnframe on 8 simulated nodes (issue 39): 8 nodes x 1 rank and 4 nodes x 2 ranks.
+
+One cluster of 8 nodes (``scripts/simcluster.sh``, name ``hb``, links capped at 1 Gbit/s, a real
+Slurm) is built once for the module; 4 x 2 runs on its first 4 nodes. Shown at both shapes: every
+CPU communicator's mean is bitwise exact (float32, and float16 on the wire) and node detection is
+right on every rank; ``doctor`` lists every node; the default job trains under the cluster's
+``mpiexec`` and under ``srun``; a cut link ends the job with a collective timeout that names the
+node whose ranks went silent.
+
+Room in the timeouts: all 8 ranks (and their watchdog and sentinel processes) share this
+machine's cores (2 here), so each launch gets ``TIMEOUT`` = 600 s and the deadline of the
+link-cut job is ``DEADLINE`` = 60 s, where the 2-4 rank tests use 240 s and 20 s.
+Runs only where asked (``SIMCLUSTER_TESTS=1``) and where it can (root, network namespaces; the
+``srun`` tests also need slurm-wlm and munge); elsewhere every test skips with the reason.
+"""
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mnframe.testing.simcluster import SimCluster, simcluster_skip_reason
+
+REPO = Path(__file__).resolve().parent.parent
+NODES = 8
+TIMEOUT = 600  # s per launch: 8 ranks on 2 shared cores
+DEADLINE = 60  # MNFRAME_COLLECTIVE_TIMEOUT of the link-cut job (s)
+SHAPES = pytest.mark.parametrize("nodes,ppn", [(8, 1), (4, 2)], ids=["8x1", "4x2"])
+SMALL = [
+    "model.n_units=16",
+    "dataset.batch_size=20",
+    "extensions=minimal",
+    "extensions.log_report.interval=1",
+    "extensions.log_report.unit=iteration",
+]
+SLURM = bool(shutil.which("slurmctld") and shutil.which("munged") and shutil.which("srun"))
+
+pytestmark = pytest.mark.skipif(simcluster_skip_reason() is not None, reason=str(simcluster_skip_reason()))
+needs_slurm = pytest.mark.skipif(
+    not SLURM, reason="srun needs slurm-wlm and munge (apt-get install -y slurm-wlm munge)"
+)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = SimCluster(name="hb", nodes=NODES, rate="1gbit", slurm=SLURM)
+    c.up()
+    yield c
+    c.down()
+
+
+def hosts_of(nodes, ppn):
+    return [f"node{i}" for i in range(1, nodes + 1) for _ in range(ppn)]
+
+
+def trained(run_dir, iterations):
+    """The log has every iteration up to ``iterations`` and the loss fell: training happened."""
+    log = json.loads((Path(run_dir) / "log").read_text())
+    assert [e["iteration"] for e in log] == list(range(1, iterations + 1))
+    losses = [e["main/loss"] for e in log]
+    assert np.mean(losses[-3:]) < np.mean(losses[:3]), losses
+    assert (Path(run_dir) / "model.npz").exists()
+
+
+def mnframe_job(cluster, run_dir, *overrides, nodes, ppn, env=None, timeout=TIMEOUT):
+    args = ["-m", "mnframe", *SMALL, *overrides, f"hydra.run.dir={run_dir}"]
+    full_env = {"PYTHONPATH": str(REPO), **(env or {})}
+    return cluster.mpiexec(args, nodes=nodes, ppn=ppn, timeout=timeout, env=full_env, cwd=str(REPO))
+
+
+# -- communicators and node detection ---------------------------------------------------------------
+
+
+@SHAPES
+def test_every_cpu_communicator_gives_the_exact_mean_on_eight_ranks(cluster, nodes, ppn):
+    """comm_check.py on every rank: intra/inter rank and size from the real hostnames, and every CPU
+    communicator's mean bitwise the exact one (8 ranks: 1/8 is exact), float32 and float16 wire."""
+    res = cluster.mpiexec([REPO / "tests" / "multinode" / "comm_check.py"], nodes=nodes, ppn=ppn, timeout=TIMEOUT,
+                          cwd=str(REPO))  # fmt: skip
+    assert not res.timed_out and res.returncode == 0, res.output[-4000:]
+    ok = f"COMM_CHECK OK nodes={nodes} size={nodes * ppn} hosts={hosts_of(nodes, ppn)}"
+    assert ok in res.stdout and "exact=bitwise" in res.stdout, res.output[-4000:]
+    for name in ("naive", "flat", "hierarchical", "two_dimensional"):
+        assert f"'{name}'" in res.stdout, res.stdout
+
+
+# -- doctor -----------------------------------------------------------------------------------------
+
+
+@SHAPES
+def test_doctor_lists_every_node(cluster, nodes, ppn):
+    res = cluster.mpiexec(["-m", "mnframe", "doctor"], nodes=nodes, ppn=ppn, timeout=TIMEOUT, cwd=str(REPO))
+    assert not res.timed_out and res.returncode == 0, res.output[-4000:]
+    per_node = "; ".join(f"node{i}: ranks {list(range((i - 1) * ppn, i * ppn))}" for i in range(1, nodes + 1))
+    assert f"{nodes} host(s): {per_node}" in res.stdout, res.stdout
+    assert all(f"node{i}: eth0" in res.stdout for i in range(1, nodes + 1)), res.stdout
+
+
+# -- the default job --------------------------------------------------------------------------------
+
+
+@SHAPES
+def test_default_job_trains_under_mpiexec(cluster, tmp_path, nodes, ppn):
+    start = time.time()
+    res = mnframe_job(cluster, tmp_path, "trainer.stop=[12,iteration]", nodes=nodes, ppn=ppn)
+    print(f"mpiexec {nodes}x{ppn}: {time.time() - start:.0f} s")
+    assert not res.timed_out and res.returncode == 0, res.output[-4000:]
+    trained(tmp_path, 12)
+
+
+@needs_slurm
+@SHAPES
+def test_default_job_trains_under_srun(cluster, tmp_path, nodes, ppn):
+    """``srun -N 8 -n 8 python -m mnframe`` (and ``-N 4 -n 8``, 2 tasks per node), as a user types it."""
+    start = time.time()
+    res = cluster.run(
+        ["srun", f"-N{nodes}", f"-n{nodes * ppn}", f"--ntasks-per-node={ppn}", str(REPO / ".venv" / "bin" / "python"),
+         "-m", "mnframe", *SMALL, "trainer.stop=[12,iteration]", f"hydra.run.dir={tmp_path}"],
+        env={"MPIR_CVAR_CH4_NETMOD": None, "PYTHONPATH": str(REPO)},
+        cwd=str(REPO),
+        timeout=TIMEOUT,
+    )  # fmt: skip
+    print(f"srun {nodes}x{ppn}: {time.time() - start:.0f} s")
+    assert not res.timed_out and res.returncode == 0, res.output[-4000:]
+    trained(tmp_path, 12)
+
+
+# -- a node lost: its link cut ----------------------------------------------------------------------
+
+
+def _wait_for_checkpoint(run_dir, proc_done, timeout=TIMEOUT - 60):
+    end = time.time() + timeout
+    while time.time() < end and not proc_done.is_set():
+        if list((Path(run_dir) / "checkpoints").glob("iter_*/manifest.json")):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_collective_timeout_names_the_node_whose_link_was_cut(cluster, tmp_path):
+    """8 nodes x 1 rank train; at the first checkpoint node5's link is cut. The ranks left hit the
+    collective deadline, and the report names node5: its rank 4 no longer answers, but every rank
+    learnt its host at start."""
+    done = threading.Event()
+    result = {}
+
+    def run():
+        result["res"] = mnframe_job(
+            cluster, tmp_path, "trainer.stop=[2000,iteration]", "checkpoint.interval=3", nodes=8, ppn=1,
+            env={"MNFRAME_COLLECTIVE_TIMEOUT": str(DEADLINE)},
+        )  # fmt: skip
+        result["end"] = time.time()
+        done.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    netns = f"{cluster.name}-node5"
+    try:
+        assert _wait_for_checkpoint(tmp_path, done), "no checkpoint before the job ended"
+        cut = time.time()
+        subprocess.run(["ip", "netns", "exec", netns, "ip", "link", "set", "eth0", "down"], check=True)
+        thread.join(TIMEOUT + 30)
+    finally:
+        subprocess.run(["ip", "netns", "exec", netns, "ip", "link", "set", "eth0", "up"])
+    res = result["res"]
+    took = result["end"] - cut
+    lines = [ln for ln in res.output.splitlines() if "no answer from" in ln or "their nodes" in ln]
+    print(f"link of node5 cut: the job ended {took:.1f} s later, status {res.returncode}\n" + "\n".join(lines))
+    assert not res.timed_out and res.returncode != 0, res.output[-4000:]
+    assert "collective timeout" in res.output, res.output[-4000:]
+    assert any("4 on node5" in ln for ln in lines), res.output[-4000:]
+    assert took < DEADLINE + 60, f"job ended {took:.1f} s after the cut\n{res.output[-3000:]}"
