@@ -411,6 +411,19 @@ def ranks_by_host(ranks, hosts=None):
     return "; ".join(f"{', '.join(map(str, rs))} on {host}" for host, rs in groups.items())
 
 
+def silent_nodes(silent, hosts=None):
+    """The hosts none of whose ranks answered (a node lost or cut off), in rank order."""
+    if not hosts or not silent:
+        return []
+    quiet = set(silent)
+    found = []
+    for r in sorted(quiet):
+        host = hosts[r] if r < len(hosts) else None
+        if host and host not in found and all(q in quiet for q, h in enumerate(hosts) if h == host):
+            found.append(host)
+    return found
+
+
 def timeout_report(summaries, size, rank, deadline, directory, hosts=None):
     """The human-readable verdict: the operation and which ranks never arrived, and on which nodes
     (``hosts``, every rank's host as learnt at start, names even the ranks that no longer answer)."""
@@ -449,8 +462,9 @@ def timeout_report(summaries, size, rank, deadline, directory, hosts=None):
     if never or elsewhere or silent:
         missing = sorted([s["rank"] for s in never] + [s["rank"] for s in elsewhere] + silent)
         lines.append(f"  => ranks that never arrived in {op['op']}: {', '.join(map(str, missing))}")
-        if hosts:
-            lines.append(f"  => their nodes: {ranks_by_host(missing, hosts)}")
+    lost = silent_nodes(silent, hosts)
+    if lost:
+        lines.append(f"  => no rank answered on {', '.join(lost)}: that node is down or its network link is cut")
     lines.append(
         f"  per-rank records (last operations, Python stacks): {os.path.join(directory, RECORD_PREFIX)}<rank>.json"
     )
