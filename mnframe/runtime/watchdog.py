@@ -58,6 +58,11 @@ ENV_EXIT_TIMEOUT = "MNFRAME_EXIT_TIMEOUT"
 DEFAULT_DEADLINE_S = settings.BY_NAME[ENV_TIMEOUT].default_value
 POLL_S = 0.2  # how often the thread looks at the op in flight
 COLLECT_S = 2.0  # how long a timed-out rank waits for the others' summaries
+# How long after a deadline passed a rank ends itself (status 124) if the report and MPI_Abort
+# have not ended the job: the side channel can block for good (a send to a dead rank through
+# MPICH's OFI tcp provider retries its connection forever, holding MPI's lock), and under srun
+# a task that dies does not end the others.
+BACKSTOP_S = 20.0
 RECORD_PREFIX = "mnframe-timeout-rank"
 # mpi4py methods that block: a main thread sitting on a line calling one of these is "blocked in MPI".
 MPI_CALLS = frozenset(
@@ -198,6 +203,7 @@ class Watchdog:
         self.exiting = False
         get_deadline(), exit_grace(), exit_timeout()  # parsed here (main thread), never in the thread
         self._responded = False
+        self._backstop_armed = False
         self._pending = []
         self._stop = threading.Event()
         self._lock = threading.Lock()  # the side channel is used by the thread, or by atexit after it stopped
@@ -232,11 +238,39 @@ class Watchdog:
         now = time.monotonic()
         deadline = get_deadline()
         if deadline and now - cur.start > deadline:
+            self._arm_backstop(
+                f"{describe_op(_brief(cur))} has waited {now - cur.start:.1f} s, past its {deadline:g} s deadline"
+            )
             self._on_timeout(deadline)
         if self.exited:
             first_exit = min(t for t, _ in self.exited.values())
             if now - max(cur.start, first_exit) > exit_grace():
                 self._on_peer_exit(cur)
+
+    def _arm_backstop(self, what):
+        """End this rank (status 124) ``BACKSTOP_S`` s from now unless the report has ended the
+        job by then. Uses no MPI (its lock may be held by a blocked send): one line, then
+        ``os._exit``. Every rank left does the same, so the job ends under any launcher. Armed
+        once, before this rank first uses the side channel for a report (its own or a peer's)."""
+        if self._backstop_armed:
+            return
+        self._backstop_armed = True
+
+        def fire():
+            time.sleep(BACKSTOP_S)
+            from mnframe.runtime import guard
+
+            guard._write(
+                f"\nmnframe: collective timeout on rank {self.rank}/{self.size} on host {self.hosts[self.rank]} "
+                f"(pid {os.getpid()}): {what}, and the report could not be completed within "
+                f"{BACKSTOP_S:g} s (a rank is likely dead: look for the launcher's line naming a killed "
+                f"task); ending this rank with status {int(ExitStatus.COLLECTIVE_TIMEOUT)}.\n"
+            )
+            guard._flush_all()
+            guard._sentinel_explained()
+            os._exit(int(ExitStatus.COLLECTIVE_TIMEOUT))
+
+        threading.Thread(target=fire, name="mnframe-watchdog-backstop", daemon=True).start()
 
     # -- side channel ---------------------------------------------------------
     def _send_all(self, obj, tag):
@@ -261,6 +295,7 @@ class Watchdog:
             elif tag == _TAG_SUMMARY:
                 self.summaries[src] = msg
                 if not self._responded:
+                    self._arm_backstop(f"rank {src} passed a deadline and asked this rank what it is doing")
                     self._respond(timed_out=False)
 
     def summary(self, timed_out):
@@ -360,6 +395,7 @@ class Watchdog:
                 time.sleep(0.02)
 
     def _on_exit_deadline(self, timeout):
+        self._arm_backstop(f"the end of the job has waited {timeout:g} s for the other ranks")
         mine = self._respond(timed_out=True)
         finished = set(self.exited) | {self.rank}
         missing = [r for r in range(self.size) if r not in finished]
