@@ -199,3 +199,50 @@ def test_collective_timeout_names_the_node_whose_link_was_cut(cluster, tmp_path,
     assert len(silent_line) == 1 and f"{silent} on node{lost}" in silent_line[0], res.output[-4000:]
     assert len(lost_line) == 1 and f"node{lost}" in lost_line[0].split(":")[0], res.output[-4000:]
     assert took < DEADLINE + 60, f"job ended {took:.1f} s after the cut\n{res.output[-3000:]}"
+
+
+@needs_slurm
+def test_a_rank_killed_under_srun_ends_the_job_past_the_deadline(cluster, tmp_path):
+    """``srun -N8 -n8``: node5's rank is SIGKILLed mid-training. Slurm does not end the other tasks
+    (no ``--kill-on-bad-exit``), and their report cannot reach the dead rank (the send blocks in
+    the OFI tcp provider), so each rank's watchdog backstop ends it with status 124 within
+    ``BACKSTOP_S`` of its deadline, one line each; srun names the killed task's node. Before the
+    backstop this job spun until killed from outside (found at this size, issue 39)."""
+    from mnframe.runtime.watchdog import BACKSTOP_S
+
+    argv = ["srun", "-N8", "-n8", str(REPO / ".venv" / "bin" / "python"), "-m", "mnframe",
+            "trainer.stop=[400,epoch]", f"hydra.run.dir={tmp_path}"]  # fmt: skip
+    done = threading.Event()
+    result = {}
+
+    def run():
+        result["res"] = cluster.run(
+            argv, env={"MPIR_CVAR_CH4_NETMOD": None, "PYTHONPATH": str(REPO), "MNFRAME_COLLECTIVE_TIMEOUT": "30"},
+            cwd=str(REPO), timeout=TIMEOUT,
+        )  # fmt: skip
+        result["end"] = time.time()
+        done.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    end = time.time() + TIMEOUT - 60
+    while time.time() < end and not done.is_set():  # two epochs logged: training is under way
+        log = tmp_path / "log"
+        if log.exists() and len(json.loads(log.read_text() or "[]")) >= 2:
+            break
+        time.sleep(0.5)
+    pids = [p for p in subprocess.run(["ip", "netns", "pids", f"{cluster.name}-node5"], capture_output=True,
+                                      text=True).stdout.split()
+            if Path(f"/proc/{p}/cmdline").exists() and Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[1:3]
+            == [b"-m", b"mnframe"]]  # fmt: skip
+    assert len(pids) == 1, pids
+    killed = time.time()
+    subprocess.run(["kill", "-9", pids[0]])
+    thread.join(TIMEOUT + 30)
+    res, took = result["res"], result["end"] - killed
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("mnframe: collective timeout on rank")]
+    print(f"rank 4 killed under srun: the job ended {took:.1f} s later, status {res.returncode}\n" + "\n".join(lines))
+    assert not res.timed_out and res.returncode != 0, res.output[-4000:]
+    assert "node5: task 4: Killed" in res.stderr, res.output[-4000:]
+    assert len(lines) == 7 and all("ending this rank with status 124" in ln for ln in lines), res.output[-4000:]
+    assert took < 30 + BACKSTOP_S + 60, f"job ended {took:.1f} s after the kill\n{res.output[-3000:]}"
