@@ -212,7 +212,19 @@ class Watchdog:
     # -- thread ---------------------------------------------------------------
     def start(self):
         self._thread.start()
+        threading.Thread(target=self._backstop_watch, name="mnframe-watchdog-backstop-watch", daemon=True).start()
         return self
+
+    def _backstop_watch(self):
+        """Arm the backstop when the op in flight is past its deadline, without any MPI call: the
+        watchdog thread itself may be stuck waiting for MPI's lock (held by a main thread whose
+        send to a dead rank never completes), so it would never see the deadline pass."""
+        while not self._stop.wait(1.0):
+            cur = oplog.get_log().current
+            deadline = get_deadline()
+            if cur is not None and deadline and time.monotonic() - cur.start > deadline + 1.0:
+                self._arm_backstop(f"{describe_op(_brief(cur))} passed its {deadline:g} s deadline")
+                return
 
     def stop(self):
         self._stop.set()
