@@ -5,7 +5,8 @@ Slurm) is built once for the module; 4 x 2 runs on its first 4 nodes. Shown at b
 CPU communicator's mean is bitwise exact (float32, and float16 on the wire) and node detection is
 right on every rank; ``doctor`` lists every node; the default job trains under the cluster's
 ``mpiexec`` and under ``srun``; a cut link ends the job with a collective timeout that names the
-node whose ranks went silent.
+node whose ranks went silent; a rank killed under ``srun`` ends the job through the watchdog's
+backstop instead of hanging it.
 
 Room in the timeouts: all 8 ranks (and their watchdog and sentinel processes) share this
 machine's cores (2 here), so each launch gets ``TIMEOUT`` = 600 s and the deadline of the
