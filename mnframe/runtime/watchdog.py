@@ -58,6 +58,11 @@ ENV_EXIT_TIMEOUT = "MNFRAME_EXIT_TIMEOUT"
 DEFAULT_DEADLINE_S = settings.BY_NAME[ENV_TIMEOUT].default_value
 POLL_S = 0.2  # how often the thread looks at the op in flight
 COLLECT_S = 2.0  # how long a timed-out rank waits for the others' summaries
+# How long after a deadline passed a rank ends itself (status 124) if the report and MPI_Abort
+# have not ended the job: the side channel can block for good (a send to a dead rank through
+# MPICH's OFI tcp provider retries its connection forever, holding MPI's lock), and under srun
+# a task that dies does not end the others.
+BACKSTOP_S = 20.0
 RECORD_PREFIX = "mnframe-timeout-rank"
 # mpi4py methods that block: a main thread sitting on a line calling one of these is "blocked in MPI".
 MPI_CALLS = frozenset(
@@ -190,11 +195,15 @@ class Watchdog:
         self.comm = mpi_comm.Dup() if self.side_channel else mpi_comm
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
+        # Every rank's host, learnt now while all answer: a rank that later goes silent (its node
+        # died or its link was cut) can then still be named by its node in the report.
+        self.hosts = self.comm.allgather(socket.gethostname()) if self.size > 1 else [socket.gethostname()]
         self.summaries = {}
         self.exited = {}
         self.exiting = False
         get_deadline(), exit_grace(), exit_timeout()  # parsed here (main thread), never in the thread
         self._responded = False
+        self._backstop_armed = False
         self._pending = []
         self._stop = threading.Event()
         self._lock = threading.Lock()  # the side channel is used by the thread, or by atexit after it stopped
@@ -203,7 +212,19 @@ class Watchdog:
     # -- thread ---------------------------------------------------------------
     def start(self):
         self._thread.start()
+        threading.Thread(target=self._backstop_watch, name="mnframe-watchdog-backstop-watch", daemon=True).start()
         return self
+
+    def _backstop_watch(self):
+        """Arm the backstop when the op in flight is past its deadline, without any MPI call: the
+        watchdog thread itself may be stuck waiting for MPI's lock (held by a main thread whose
+        send to a dead rank never completes), so it would never see the deadline pass."""
+        while not self._stop.wait(1.0):
+            cur = oplog.get_log().current
+            deadline = get_deadline()
+            if cur is not None and deadline and time.monotonic() - cur.start > deadline + 1.0:
+                self._arm_backstop(f"{describe_op(_brief(cur))} passed its {deadline:g} s deadline")
+                return
 
     def stop(self):
         self._stop.set()
@@ -229,11 +250,39 @@ class Watchdog:
         now = time.monotonic()
         deadline = get_deadline()
         if deadline and now - cur.start > deadline:
+            self._arm_backstop(
+                f"{describe_op(_brief(cur))} has waited {now - cur.start:.1f} s, past its {deadline:g} s deadline"
+            )
             self._on_timeout(deadline)
         if self.exited:
             first_exit = min(t for t, _ in self.exited.values())
             if now - max(cur.start, first_exit) > exit_grace():
                 self._on_peer_exit(cur)
+
+    def _arm_backstop(self, what):
+        """End this rank (status 124) ``BACKSTOP_S`` s from now unless the report has ended the
+        job by then. Uses no MPI (its lock may be held by a blocked send): one line, then
+        ``os._exit``. Every rank left does the same, so the job ends under any launcher. Armed
+        once, before this rank first uses the side channel for a report (its own or a peer's)."""
+        if self._backstop_armed:
+            return
+        self._backstop_armed = True
+
+        def fire():
+            time.sleep(BACKSTOP_S)
+            from mnframe.runtime import guard
+
+            guard._write(
+                f"\nmnframe: collective timeout on rank {self.rank}/{self.size} on host {self.hosts[self.rank]} "
+                f"(pid {os.getpid()}): {what}, and the report could not be completed within "
+                f"{BACKSTOP_S:g} s (a rank is likely dead: look for the launcher's line naming a killed "
+                f"task); ending this rank with status {int(ExitStatus.COLLECTIVE_TIMEOUT)}.\n"
+            )
+            guard._flush_all()
+            guard._sentinel_explained()
+            os._exit(int(ExitStatus.COLLECTIVE_TIMEOUT))
+
+        threading.Thread(target=fire, name="mnframe-watchdog-backstop", daemon=True).start()
 
     # -- side channel ---------------------------------------------------------
     def _send_all(self, obj, tag):
@@ -258,6 +307,7 @@ class Watchdog:
             elif tag == _TAG_SUMMARY:
                 self.summaries[src] = msg
                 if not self._responded:
+                    self._arm_backstop(f"rank {src} passed a deadline and asked this rank what it is doing")
                     self._respond(timed_out=False)
 
     def summary(self, timed_out):
@@ -297,7 +347,7 @@ class Watchdog:
             self._drain()
         summaries = dict(self.summaries)
         summaries[self.rank] = mine
-        text = timeout_report(summaries, self.size, self.rank, deadline, report_dir())
+        text = timeout_report(summaries, self.size, self.rank, deadline, report_dir(), self.hosts)
         reporters = [r for r, s in summaries.items() if s.get("timed_out")]
         from mnframe.runtime import guard
 
@@ -357,6 +407,7 @@ class Watchdog:
                 time.sleep(0.02)
 
     def _on_exit_deadline(self, timeout):
+        self._arm_backstop(f"the end of the job has waited {timeout:g} s for the other ranks")
         mine = self._respond(timed_out=True)
         finished = set(self.exited) | {self.rank}
         missing = [r for r in range(self.size) if r not in finished]
@@ -372,7 +423,7 @@ class Watchdog:
         if min(finished) == self.rank:
             guard.abort(
                 ExitStatus.COLLECTIVE_TIMEOUT,
-                exit_report(summaries, finished, self.size, self.rank, timeout, report_dir()),
+                exit_report(summaries, finished, self.size, self.rank, timeout, report_dir(), self.hosts),
             )
         time.sleep(COLLECT_S)  # the lowest finished rank prints the report and aborts the job
         guard.abort(ExitStatus.COLLECTIVE_TIMEOUT)
@@ -398,8 +449,32 @@ def write_record(summary, rank):
     return path
 
 
-def timeout_report(summaries, size, rank, deadline, directory):
-    """The human-readable verdict: the operation and which ranks never arrived."""
+def ranks_by_host(ranks, hosts=None):
+    """'4, 5 on node3; 6 on node4' (hosts: every rank's host, or None: '4, 5, 6')."""
+    if not hosts:
+        return ", ".join(map(str, ranks))
+    groups = {}
+    for r in ranks:
+        groups.setdefault(hosts[r] if r < len(hosts) else "?", []).append(r)
+    return "; ".join(f"{', '.join(map(str, rs))} on {host}" for host, rs in groups.items())
+
+
+def silent_nodes(silent, hosts=None):
+    """The hosts none of whose ranks answered (a node lost or cut off), in rank order."""
+    if not hosts or not silent:
+        return []
+    quiet = set(silent)
+    found = []
+    for r in sorted(quiet):
+        host = hosts[r] if r < len(hosts) else None
+        if host and host not in found and all(q in quiet for q, h in enumerate(hosts) if h == host):
+            found.append(host)
+    return found
+
+
+def timeout_report(summaries, size, rank, deadline, directory, hosts=None):
+    """The human-readable verdict: the operation and which ranks never arrived, and on which nodes
+    (``hosts``, every rank's host as learnt at start, names even the ranks that no longer answer)."""
     me = summaries[rank]
     op = me["current"]
     same, elsewhere, never, silent = [], [], [], []
@@ -429,12 +504,15 @@ def timeout_report(summaries, size, rank, deadline, directory):
         lines.append(f"  in a different operation: rank {s['rank']} in {describe_op(s['current'])}")
     if silent:
         lines.append(
-            f"  no answer from ranks {', '.join(map(str, silent))} (dead, or busy in native "
+            f"  no answer from ranks {ranks_by_host(silent, hosts)} (dead, or busy in native "
             f"code without releasing the GIL)"
         )
     if never or elsewhere or silent:
         missing = sorted([s["rank"] for s in never] + [s["rank"] for s in elsewhere] + silent)
         lines.append(f"  => ranks that never arrived in {op['op']}: {', '.join(map(str, missing))}")
+    lost = silent_nodes(silent, hosts)
+    if lost:
+        lines.append(f"  => no rank answered on {', '.join(lost)}: that node is down or its network link is cut")
     lines.append(
         f"  per-rank records (last operations, Python stacks): {os.path.join(directory, RECORD_PREFIX)}<rank>.json"
     )
@@ -442,7 +520,7 @@ def timeout_report(summaries, size, rank, deadline, directory):
     return "\n".join(lines)
 
 
-def exit_report(summaries, finished, size, rank, timeout, directory):
+def exit_report(summaries, finished, size, rank, timeout, directory, hosts=None):
     """The verdict when ranks reached the end of the job but others did not, within the exit deadline."""
     me = summaries[rank]
     lines = [
@@ -458,7 +536,8 @@ def exit_report(summaries, finished, size, rank, timeout, directory):
         s = summaries.get(r)
         if s is None:
             lines.append(
-                f"  did not finish: rank {r}, no answer (dead, or busy in native code without releasing the GIL)"
+                f"  did not finish: rank {r}{f' (host {hosts[r]})' if hosts else ''}, no answer "
+                f"(dead, or busy in native code without releasing the GIL)"
             )
         elif s.get("current") is not None:
             lines.append(

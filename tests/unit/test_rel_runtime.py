@@ -70,6 +70,23 @@ def test_timeout_report_names_ranks():
     assert "no answer from ranks 4" in text
     assert "ranks that never arrived in allreduce: 1, 3, 4" in text
     assert "/run/mnframe-timeout-rank<rank>.json" in text
+    assert "no rank answered on" not in text  # hosts unknown: ranks only
+
+
+def test_timeout_report_names_the_nodes_of_silent_ranks():
+    """A node lost (dead, link cut): its ranks never answer, yet the report names the node, from
+    the hosts every rank learnt at start (issue 39: a collective timeout names the missing node)."""
+    hosts = ["node1", "node1", "node2", "node2", "node3", "node3"]
+    summaries = {r: {"rank": r, "host": hosts[r], "pid": r, "current": _op(4), "last": _op(3)} for r in (0, 1, 4, 5)}
+    text = watchdog.timeout_report(summaries, 6, 0, 5.0, "/run", hosts)
+    assert "no answer from ranks 2, 3 on node2 (dead" in text
+    assert "ranks that never arrived in allreduce: 2, 3" in text
+    assert "=> no rank answered on node2: that node is down or its network link is cut" in text
+    assert watchdog.ranks_by_host([1, 4, 5], hosts) == "1 on node1; 4, 5 on node3"
+    # a node with one rank answering is not lost: only its silent rank is named
+    assert watchdog.silent_nodes([1, 4, 5], hosts) == ["node3"] and watchdog.silent_nodes([1], None) == []
+    text = watchdog.exit_report({0: {"host": "node1", "pid": 1}}, {0, 1}, 3, 0, 5.0, "/run", hosts[:3])
+    assert "did not finish: rank 2 (host node2), no answer" in text
 
 
 def test_debug_point_to_point_names():
