@@ -98,7 +98,10 @@ def _refused(*overrides):
 def test_config_checks():
     assert "set one of them" in _refused("optimizer.overlap=true", "optimizer.double_buffering=true")
     assert "optimizer.bucket_cap_mb" in _refused("optimizer.overlap=true", "optimizer.bucket_cap_mb=0")
-    assert "overlap, which is off" in _refused("optimizer.bucket_cap_mb=4")
+    assert "overlap, which is off" in _refused("optimizer.overlap=false", "optimizer.bucket_cap_mb=4")
+    assert "overlap, which is off" in _refused("optimizer.autotune=false", "optimizer.bucket_cap_mb=4")
+    auto = validate(C.compose(["optimizer.bucket_cap_mb=4"], ()), 1)  # overlap auto: the trial's buckets
+    assert auto.optimizer.overlap == "auto" and auto.optimizer.bucket_cap_mb == 4
     cfg = validate(C.compose(["optimizer.overlap=true", "optimizer.bucket_cap_mb=4"], ()), 1)
     assert cfg.optimizer.overlap is True and cfg.optimizer.bucket_cap_mb == 4
 
