@@ -282,7 +282,13 @@ class Watchdog:
             guard._sentinel_explained()
             os._exit(int(ExitStatus.COLLECTIVE_TIMEOUT))
 
-        threading.Thread(target=fire, name="mnframe-watchdog-backstop", daemon=True).start()
+        try:
+            threading.Thread(target=fire, name="mnframe-watchdog-backstop", daemon=True).start()
+        except RuntimeError:  # at interpreter shutdown (the exit deadline runs at exit): no new threads
+            # faulthandler's timer is a C thread: it dumps the stacks and ends the process (status 1)
+            import faulthandler
+
+            faulthandler.dump_traceback_later(BACKSTOP_S, exit=True)
 
     # -- side channel ---------------------------------------------------------
     def _send_all(self, obj, tag):
