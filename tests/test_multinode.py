@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mnframe.testing.simcluster import SimCluster, simcluster_skip_reason
+from mnframe.testing.simcluster import SimCluster, simcluster_skip_reason, wait_for_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "tests" / "multinode"
@@ -104,15 +104,6 @@ def test_dual_parallel_recipe_stage_replicas_on_different_nodes(cluster, tmp_pat
 # -- a node lost: killed ranks, a cut link ----------------------------------------------------------
 
 
-def _wait_for_checkpoint(run_dir, proc_done, timeout=150):
-    end = time.time() + timeout
-    while time.time() < end and not proc_done.is_set():
-        if list((Path(run_dir) / "checkpoints").glob("iter_*/manifest.json")):
-            return True
-        time.sleep(0.5)
-    return False
-
-
 def _node_python_pids(cluster, node):
     out = subprocess.run(["ip", "netns", "pids", f"{cluster.name}-node{node}"], capture_output=True, text=True).stdout
     pids = []
@@ -150,7 +141,7 @@ def _lose_node(cluster, tmp_path, how, overrides=SMALL, ppn=1):
     thread = threading.Thread(target=run)
     thread.start()
     try:
-        assert _wait_for_checkpoint(tmp_path, done), "no checkpoint before the job ended"
+        assert wait_for_checkpoint(tmp_path, done, timeout=150), "no checkpoint before the job ended"
         time.sleep(1.0)
         event["t"] = time.time()
         if how == "kill":

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mnframe.testing.simcluster import SimCluster, simcluster_skip_reason
+from mnframe.testing.simcluster import SimCluster, simcluster_skip_reason, wait_for_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
 NODES = 8
@@ -153,15 +153,6 @@ def test_default_job_trains_under_srun(cluster, tmp_path, nodes, ppn):
 # -- a node lost: its link cut ----------------------------------------------------------------------
 
 
-def _wait_for_checkpoint(run_dir, proc_done, timeout=TIMEOUT - 60):
-    end = time.time() + timeout
-    while time.time() < end and not proc_done.is_set():
-        if list((Path(run_dir) / "checkpoints").glob("iter_*/manifest.json")):
-            return True
-        time.sleep(0.5)
-    return False
-
-
 @pytest.mark.parametrize("nodes,ppn,lost,silent", [(8, 1, 5, "4"), (4, 2, 3, "4, 5")], ids=["8x1", "4x2"])
 def test_collective_timeout_names_the_node_whose_link_was_cut(cluster, tmp_path, nodes, ppn, lost, silent):
     """The default job trains; at its first checkpoint one node's link is cut (node5 of 8 x 1,
@@ -182,7 +173,7 @@ def test_collective_timeout_names_the_node_whose_link_was_cut(cluster, tmp_path,
     thread.start()
     netns = f"{cluster.name}-node{lost}"
     try:
-        assert _wait_for_checkpoint(tmp_path, done), "no checkpoint before the job ended"
+        assert wait_for_checkpoint(tmp_path, done, timeout=TIMEOUT - 60), "no checkpoint before the job ended"
         cut = time.time()
         subprocess.run(["ip", "netns", "exec", netns, "ip", "link", "set", "eth0", "down"], check=True)
         thread.join(TIMEOUT + 30)

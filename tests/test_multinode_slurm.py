@@ -9,14 +9,13 @@ slurm-wlm and munge installed); elsewhere every test skips with the reason.
 """
 
 import json
-import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mnframe.testing.simcluster import SimCluster, simcluster_skip_reason
+from mnframe.testing.simcluster import SimCluster, slurm_skip_reason
 
 REPO = Path(__file__).resolve().parent.parent
 SBATCH = REPO / "examples" / "slurm" / "train.sbatch"
@@ -29,17 +28,7 @@ OVERRIDES = [
 ]
 
 
-def _skip_reason():
-    if simcluster_skip_reason() is not None:
-        return simcluster_skip_reason()
-    if not (shutil.which("slurmctld") and shutil.which("munged")):
-        return "slurm-wlm and munge are not installed (apt-get install -y slurm-wlm munge)"
-    if not (REPO / ".venv" / "bin" / "activate").exists():
-        return "the sbatch example sources .venv/bin/activate: run scripts/setup.sh"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+pytestmark = pytest.mark.skipif(slurm_skip_reason() is not None, reason=str(slurm_skip_reason()))
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,10 @@ namespaces, no script), so tests skip with that reason.
 """
 
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from mnframe.testing.launch import mpiexec_path, run_command
@@ -23,6 +25,29 @@ def simcluster_skip_reason():
     if os.environ.get("SIMCLUSTER_TESTS") != "1":
         return "multi-node tests build a simulated cluster: set SIMCLUSTER_TESTS=1 (the CI multinode leg does)"
     return unavailable_reason()
+
+
+def slurm_skip_reason():
+    """As ``simcluster_skip_reason``, for the tests that also need Slurm and munge and submit the
+    sbatch example (which sources the checkout's ``.venv``)."""
+    if simcluster_skip_reason() is not None:
+        return simcluster_skip_reason()
+    if not (shutil.which("slurmctld") and shutil.which("munged")):
+        return "slurm-wlm and munge are not installed (apt-get install -y slurm-wlm munge)"
+    if not (SCRIPT.parents[1] / ".venv" / "bin" / "activate").exists():
+        return "the sbatch example sources .venv/bin/activate: run scripts/setup.sh"
+    return None
+
+
+def wait_for_checkpoint(run_dir, proc_done, timeout):
+    """True once ``run_dir`` holds a complete checkpoint (its manifest), False when the job ended
+    first (``proc_done``, an Event) or ``timeout`` seconds passed."""
+    end = time.time() + timeout
+    while time.time() < end and not proc_done.is_set():
+        if list((Path(run_dir) / "checkpoints").glob("iter_*/manifest.json")):
+            return True
+        time.sleep(0.5)
+    return False
 
 
 def unavailable_reason():
