@@ -25,7 +25,7 @@ import re
 import numpy
 
 from mnframe._internal.npz_read import SafeNpz, UnsafeFile
-from mnframe.checkpoint.manifest import check_file, outside_problem
+from mnframe.checkpoint.manifest import check_file
 
 IDENTITY = "mnframe_identity/"
 RUN_KEY = IDENTITY + "run"  # the run's id, a string scalar
@@ -99,15 +99,7 @@ def file_problem(directory, name, entry, manifest, hashed=True):
     """None if file ``name`` of the checkpoint in ``directory`` may be loaded, else why not (one line)."""
     path = os.path.join(directory, name)
     try:
-        if hashed:
-            problem = check_file(directory, name, entry)
-        else:
-            problem = outside_problem(directory, name)
-            if problem is None and not os.path.exists(path):
-                problem = f"{path} (written by rank {entry.rank}) is missing"
-            elif problem is None and os.path.getsize(path) != entry.size:
-                size = os.path.getsize(path)
-                problem = f"{path} (written by rank {entry.rank}) has {size} bytes, the manifest says {entry.size}"
+        problem = check_file(directory, name, entry, hashed=hashed)
         if problem or not name.endswith(".npz"):
             return problem
         with SafeNpz(path, stored_only=True) as npz:

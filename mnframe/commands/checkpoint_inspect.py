@@ -18,7 +18,7 @@ import sys
 
 from mnframe.checkpoint import admit, signing
 from mnframe.checkpoint.layout import describe, layout_of
-from mnframe.checkpoint.manifest import MANIFEST, Manifest, outside_problem
+from mnframe.checkpoint.manifest import MANIFEST, Manifest, check_file, outside_problem
 from mnframe.checkpoint.store import _DAMAGED_RE, _NAME_RE, TMP_PREFIX
 from mnframe.runtime.errors import ConfigError
 from mnframe.runtime.safe_paths import refuse_links
@@ -133,13 +133,7 @@ def _read(root, name):
 def _size_problems(directory, manifest):
     problems = []
     for fname, entry in sorted(manifest.files.items()):
-        path = os.path.join(directory, fname)
-        problem = outside_problem(directory, fname)
-        if problem is None and not os.path.exists(path):
-            problem = f"{path} (written by rank {entry.rank}) is missing"
-        elif problem is None and os.path.getsize(path) != entry.size:
-            size = os.path.getsize(path)
-            problem = f"{path} (written by rank {entry.rank}) has {size} bytes, the manifest says {entry.size}"
+        problem = check_file(directory, fname, entry, hashed=False)
         if problem:
             problems.append(problem)
     return problems
