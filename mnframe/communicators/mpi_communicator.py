@@ -99,9 +99,14 @@ class MpiCommunicator(CommunicatorBase):
     powersgd_start_iter = options.attribute("powersgd_start_iter")
 
     def split(self, color, key):
+        return self._split_as(type(self), color, key)
+
+    def _split_as(self, cls, color, key):
+        """A ``cls`` communicator over a split of these ranks, with these options and PowerSGD state
+        (``split``; the runner's autotune makes its other exact strategy with it)."""
         with oplog.op("split"):
             sub = self._comm.Split(color, key)
-        comm = type(self)(mpi_comm=sub, **{name: self._configs[name] for name in options.CONFIGS})
+        comm = cls(mpi_comm=sub, **{name: self._configs[name] for name in options.CONFIGS})
         comm._owns_comm = True
         comm.powersgd = self.powersgd  # kept per parameter: the overlap's bucket communicator continues it
         return comm

@@ -97,14 +97,9 @@ def candidates(name, size, inter_size, *, overlap, bucket_cap_mb, communicator_f
 
 def _same_strategy(base, name):
     """A communicator named ``name`` over the same ranks and options as ``base`` (collective)."""
-    from mnframe.communicators import options
     from mnframe.communicators.registry import COMMUNICATORS
 
-    sub = base.mpi_comm.Split(0, base.rank)
-    comm = COMMUNICATORS[name].cls(mpi_comm=sub, **{k: base.get_config(k) for k in options.CONFIGS})
-    comm._owns_comm = True
-    comm.powersgd = base.powersgd
-    return comm
+    return base._split_as(COMMUNICATORS[name].cls, 0, base.rank)
 
 
 class Tuner:
