@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mnframe.communicators.wire_allreduce import CHUNK_BYTES, MIN_CHUNK
+from mnframe.communicators.wire_allreduce import chunk_elements
 
 ALGORITHMS = ("naive", "flat", "hierarchical", "two_dimensional")
 
@@ -74,8 +74,7 @@ def _mpi_allreduce(nbytes: float, nodes: int, ppn: int, arrays: int = 1) -> Traf
 
 def chunks(elements: int, itemsize: int, ranks: int) -> int:
     """Pipeline chunks ``wire_allreduce.allreduce_pipelined`` cuts ``elements`` into over ``ranks`` ranks."""
-    per_chunk = max(MIN_CHUNK, (CHUNK_BYTES * ranks) // itemsize)
-    return max(1, math.ceil(elements / per_chunk))
+    return max(1, math.ceil(elements / chunk_elements(itemsize, ranks)))
 
 
 def _pipelined(wire_bytes: float, itemsize: int, nodes: int, senders: int) -> Traffic:
