@@ -199,18 +199,19 @@ def runner_threads(cfg, ppn: int, cores: int) -> int:
     set, ``auto`` the node's cores over its ranks; 1 where the user's environment decides."""
     import os
 
-    from mnframe.runtime.threads import user_chose
+    from mnframe.runtime import threads
 
-    setting = cfg.trainer.threads
-    if isinstance(setting, int):
-        return setting
-    chosen = user_chose(dict(os.environ))
+    cpus = frozenset(range(cores))  # every rank of the node may run on every core
+    planned = threads.plan(cfg.trainer.threads, True, cpus, [cpus] * ppn, dict(os.environ))
+    if planned is not None:
+        return planned
+    chosen = threads.user_chose(dict(os.environ))  # the pools are left to the user's variable
     if chosen:
         try:
             return max(1, int(os.environ[chosen]))
         except ValueError:
             return 1
-    return max(1, cores // ppn) if setting == "auto" else 1
+    return 1  # trainer.threads=keep
 
 
 def measure(cfg, world_size: int, need_compute: bool, threads: int = 1, copies: int = 1):
