@@ -18,8 +18,10 @@
 #               one-rank node, MPI between them, both ranks on GPU 0); loss and images/s
 #   5 bench     bench/bench_gpu.py on 2 ranks, fake nodes (correctness checks are real)
 #   6 tests     tests/gpu/test_gpu_single.py, then the one-GPU cases of tests/gpu/test_gpu_mpi.py
-#               (fake-node NCCL cases with 2-3 ranks, shared-GPU cases, host-staged training, PowerSGD)
-#   7 powersgd  step 4's 2-rank run with communicator.compression=powersgd, if time is left
+#               (fake-node NCCL cases with 2-3 ranks, shared-GPU cases, host-staged training, PowerSGD,
+#               overlap)
+#   7 overlap, powersgd  step 4's 2-rank run with optimizer.overlap=true, then with
+#               communicator.compression=powersgd, if time is left
 #
 # Logs: one folder (--logs, default gpu-check-logs/<UTC time>), at most 8 files:
 # summary.txt (one line per step, then the exit status) and NN-step.log.
@@ -205,7 +207,10 @@ run_step "tests/gpu mpi" 06-tests-mpi.log 190 env MNFRAME_GPU_MPI_TIMEOUT=100 "$
   -k "fake1 or shared or host or powersgd"
 tail -1 "$LOGS/06-tests-mpi.log" | sed 's/^/    /' | tee -a "$SUMMARY"
 
-# ---------------------------------------------------------------- 7 PowerSGD training (if time is left)
+# ---------------------------------------------------------------- 7 overlap and PowerSGD training (if time is left)
+# the same 2-rank fake-node run with optimizer.overlap=true (buckets averaged during backward)
+RESNET_EXTRA="optimizer.overlap=true" resnet two_dimensional+overlap-2ranks 2 two_dimensional 16 12 MNFRAME_FAKE_NODE_SIZE=1
+
 # the same 2-rank fake-node run with compression=powersgd (rank 4, compressed from iteration 3)
 RESNET_EXTRA="communicator.compression=powersgd communicator.powersgd_start_iter=2" \
   resnet two_dimensional+powersgd-2ranks 2 two_dimensional 16 12 MNFRAME_FAKE_NODE_SIZE=1

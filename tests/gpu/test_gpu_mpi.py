@@ -54,6 +54,8 @@ CASES = [
     ("shared-2", "test_gpu_shared.py", 2, {"CUDA_VISIBLE_DEVICES": "0"}, 1),  # both ranks on one GPU
     ("powersgd-host-2", "test_gpu_powersgd.py", 2, {"MNFRAME_GPU_NAMES": "non_cuda_aware,flat"}, 1),
     ("powersgd-nccl-fake1-3", "test_gpu_powersgd.py", 3, {"MNFRAME_GPU_NAMES": "two_dimensional", **FAKE1}, 1),
+    ("overlap-host-2", "test_gpu_overlap.py", 2, {"MNFRAME_GPU_NAMES": "non_cuda_aware,flat,naive"}, 1),
+    ("overlap-nccl-fake1-3", "test_gpu_overlap.py", 3, {"MNFRAME_GPU_NAMES": FAKE_NODE_NAMES, **FAKE1}, 1),
     ("nccl-2", "test_gpu_comm.py", 2, {"MNFRAME_GPU_NAMES": NCCL_NAMES}, 2),
     (
         "nccl-2x2nodes",
@@ -63,6 +65,7 @@ CASES = [
         4,
     ),
     ("train-nccl-2", "test_gpu_train.py", 2, {"MNFRAME_GPU_NAMES": "pure_nccl"}, 2),
+    ("overlap-nccl-2", "test_gpu_overlap.py", 2, {"MNFRAME_GPU_NAMES": "pure_nccl,two_dimensional"}, 2),
 ]
 
 

@@ -300,7 +300,10 @@ def test_gpu_check_training_overrides_validate():
 
     script = (Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.sh").read_text()
     words = re.search(r'^RESNET_ARGS="([^"]+)"', script, re.M).group(1).split()
-    for comm in ("pure_nccl", "two_dimensional"):
+    extras = [m.split() for m in re.findall(r'RESNET_EXTRA="([^"]+)"', script)]  # step 7's runs
+    assert len(extras) >= 2
+    runs = [("pure_nccl", []), ("two_dimensional", [])] + [("two_dimensional", e) for e in extras]
+    for comm, extra in runs:
         text = cli.check(
             words
             + [
@@ -308,11 +311,12 @@ def test_gpu_check_training_overrides_validate():
                 "dataset.batch_size=16",
                 f"communicator={comm}",
                 "trainer.stop=[12,iteration]",
-            ],
+            ]
+            + extra,
             2,
             has_cuda=True,
         )
-        assert f"communicator {comm}" in text
+        assert f"communicator {comm}" in text, (extra, text)
 
 
 def test_nccl_version_text():
