@@ -122,7 +122,11 @@ def autotune_plan(cfg: OptimizerConfig, comm_cfg, comm, model, data_parallel):
         (comm_cfg is None, "no communicator settings given"),
         (not data_parallel, "a model-parallel topology"),
         (getattr(comm, "size", 1) < 2, "one rank averages nothing"),
-        (getattr(model, "xp", np) is not np, "GPU gradients (the overlap's GPU path is not yet run on a GPU)"),
+        (
+            getattr(model, "xp", np) is not np,
+            "GPU gradients (NCCL's sums may depend on the message size, so buckets could change bits; "
+            "optimizer.overlap=true chooses overlap)",
+        ),
         (cfg.double_buffering, "optimizer.double_buffering=true"),
         (comm_cfg is not None and comm_cfg.compression != "none", "communicator.compression is set"),
         (comm_cfg is not None and comm_cfg.allreduce_grad_dtype == "auto", "allreduce_grad_dtype=auto"),

@@ -34,8 +34,10 @@ step's average, unlike double buffering.
   ``update()`` without ``lossfun`` (the caller ran backward itself), the buckets
   are averaged after backward, with the same result.
 
-GPU gradients go the same way (the thread enters the gradients' device); that
-path is written, not yet run on a GPU.
+GPU gradients go the same way (the thread enters the gradients' device). Run on
+a GPU (one H200, 2026-11-27): bitwise the average after backward with the
+host-staged communicators and fake-node NCCL (tests/gpu/mpi/test_gpu_overlap.py);
+an NCCL group over several GPUs has not run.
 """
 
 import concurrent.futures
