@@ -5,7 +5,8 @@ ChainerMN's MNIST scripts run unchanged under ``srun`` across both nodes through
 ``examples/slurm/train.sbatch``, submitted as it is (a run directory and a training length), loses
 a node after its first checkpoint, node2 or node1 (the batch host) (link down, every process
 killed, its slurmd too; SlurmdTimeout is 30 s) and, with no command from anyone, is requeued by
-Slurm, resumes on the node left at the smaller world size and ends with the final model. Each test builds its own cluster (a node loss leaves node2 down). Runs only where
+Slurm, resumes on the node left at the smaller world size and ends with the final model. Each
+test builds its own cluster (a node loss leaves a node down). Runs only where
 asked (``SIMCLUSTER_TESTS=1``) and where it can (root, namespaces, slurm-wlm and munge).
 """
 
@@ -151,7 +152,10 @@ def test_sbatch_example_loses_a_node_and_ends_with_the_final_model(cluster, tmp_
     assert final == "COMPLETED", out[-4000:]
     assert "training on 2 node(s) (node[1-2]) at world size 4" in out, out[-4000:]
     left = 3 - lost
-    said = rf"requeued by Slurm \(restart 1\): node\(s\) node{lost} lost; resuming from checkpoint iter_\d+ at world size 2 on 1 node\(s\) \(node{left}\)"
+    said = (
+        rf"requeued by Slurm \(restart 1\): node\(s\) node{lost} lost; resuming from checkpoint iter_\d+ "
+        rf"at world size 2 on 1 node\(s\) \(node{left}\)"
+    )
     assert re.search(said, out), out[-4000:]
     assert f"mnframe: node{left}: " in out, out[-4000:]  # the requeued attempt's shared-memory clean-up ran
     assert f"training on 1 node(s) (node{left}) at world size 2" in out, out[-4000:]

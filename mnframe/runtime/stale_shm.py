@@ -63,8 +63,9 @@ def main(argv=None) -> int:
     gone = remove(argv[0])
     host = socket.gethostname()
     if gone:
+        names = " ".join(gone)
         print(
-            f"mnframe: {host}: removed {len(gone)} MPICH segment(s) an earlier attempt of job {argv[0]} left: {' '.join(gone)}"
+            f"mnframe: {host}: removed {len(gone)} MPICH segment(s) an earlier attempt of job {argv[0]} left: {names}"
         )
     else:
         print(f"mnframe: {host}: no MPICH segment of job {argv[0]} left")
