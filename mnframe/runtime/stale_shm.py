@@ -1,16 +1,16 @@
 """Remove the MPICH shared memory that an earlier attempt of a requeued Slurm job left on a node.
 
-MPICH (4.2 and later, the mpich wheel's 5.0) names a node's shared-memory segments
-``/dev/shm/mpich_shm_<id>_<node>`` and ``mpich_vci_<id>_<node>``, where ``id`` is the 32-bit FNV-1a
-hash of the PMI job name; under Slurm's pmi2 that name is ``JOBID.STEPID`` (``PMI_JOBID``). The
-first rank of a node to start creates the segment, the others open it; the last to finish removes
-it. Ranks that are killed (a node of the job died, the job was requeued) leave it behind, and a
-requeued job keeps its job id and numbers its steps from 0 again: its step opens the dead
-attempt's segment, no rank creates a fresh one, and every rank spins in ``MPI_Init`` for ever
-(measured: docs/multi_node.md, "A lost node"). ``examples/slurm/train.sbatch`` runs
-``python -m mnframe.runtime.stale_shm JOBID`` on each node of a requeued attempt before its first
-MPI step; it removes only segments named after that job's steps, so other jobs on a shared node
-are untouched.
+MPICH (the mpich wheel's 5.0.2; ``MPL_initshm_open`` in its source) names a node's shared-memory
+segments ``/dev/shm/mpich_shm_<id>_<node>`` and ``mpich_vci_<id>_<node>``, where ``id`` is the
+32-bit FNV-1a hash of the PMI job name; under Slurm's pmi2 that name is ``JOBID.STEPID``
+(``PMI_JOBID``). The first rank of a node to start creates the segment, the others open it; a
+normal end removes it. Ranks that are killed (a node of the job died, the job was requeued) leave
+it behind, and a requeued job keeps its job id and numbers its steps from 0 again: its step opens
+the dead attempt's segment, no rank creates a fresh one, and every rank spins in ``MPI_Init``
+(still there after 3 minutes: docs/multi_node.md, "A lost node"). ``examples/slurm/train.sbatch``
+runs ``python -m mnframe.runtime.stale_shm JOBID`` on each node of a requeued attempt before its
+first MPI step; it removes only segments named after that job's steps, so other jobs on a shared
+node are untouched.
 """
 
 import os
