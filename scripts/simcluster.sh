@@ -201,9 +201,14 @@ start_slurm() {
   for i in $(seq 1 "$NODES"); do
     # slurmd 22.05 insists on a cgroup v1 layout with a name=systemd hierarchy. Inside the node's
     # private mount namespace (ip netns exec), give it a tmpfs and a fresh named hierarchy of its
-    # own: the machine's cgroups are neither seen nor changed.
+    # own: the machine's cgroups are neither seen nor changed. The node also gets its own /dev/shm,
+    # as a real node has, for the job steps slurmd starts: MPICH names a node's shared memory after
+    # the Slurm job and step ids ("1.1"), which every simulated cluster numbers from 1, so one
+    # shared /dev/shm let a job open another cluster's (or a killed step's) segment and hang in
+    # MPI_Init (docs/multi_node.md, "A lost node"). It goes with the node when the node dies.
     in_node "$i" sh -c 'mount -t tmpfs simcluster /sys/fs/cgroup && mkdir /sys/fs/cgroup/systemd &&
-      mount -t cgroup -o "none,name=$1" cgroup /sys/fs/cgroup/systemd && exec slurmd -f "$2" -N "$3"' \
+      mount -t cgroup -o "none,name=$1" cgroup /sys/fs/cgroup/systemd &&
+      mount -t tmpfs -o mode=1777 simshm /dev/shm && exec slurmd -f "$2" -N "$3"' \
       sh "simcluster-$NAME" "$STATE/slurm.conf" "node$i"
   done
   # Wait (bounded) until every node is idle.

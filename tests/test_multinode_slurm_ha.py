@@ -3,9 +3,10 @@
 ChainerMN's MNIST scripts run unchanged under ``srun`` across both nodes through
 ``python -m mnframe.compat`` (mnframe picks MPICH's OFI netmod, so none hangs in PMI); and
 ``examples/slurm/train.sbatch``, submitted as it is (a run directory and a training length), loses
-node2 after its first checkpoint (link down, every process killed, its slurmd too; SlurmdTimeout
-is 30 s) and, with no command from anyone, resumes on node1 at the smaller world size and ends with
-the final model. Each test builds its own cluster (a node loss leaves node2 down). Runs only where
+a node after its first checkpoint, node2 or node1 (the batch host) (link down, every process
+killed, its slurmd too; SlurmdTimeout is 30 s) and, with no command from anyone, is requeued by
+Slurm, resumes on the node left at the smaller world size and ends with the final model. Each
+test builds its own cluster (a node loss leaves a node down). Runs only where
 asked (``SIMCLUSTER_TESTS=1``) and where it can (root, namespaces, slurm-wlm and munge).
 """
 
@@ -113,24 +114,13 @@ def first_checkpoint(run_dir):
 
 @pytest.mark.parametrize(
     "recipe,lost",
-    [
-        (None, 2),
-        ("mnist_dual_parallel", 2),
-        pytest.param(
-            None,
-            1,
-            marks=pytest.mark.xfail(
-                run=False,
-                reason="the batch host's death: with --no-kill Slurm 22.05 kills the batch script and keeps "
-                "the job RUNNING, empty, until its time limit (docs/multi_node.md, 'A lost node')",
-            ),
-        ),
-    ],
-    ids=["data_parallel", "dual_parallel", "batch_host_data_parallel"],
+    [(None, 2), ("mnist_dual_parallel", 2), (None, 1), ("mnist_dual_parallel", 1)],
+    ids=["data_parallel", "dual_parallel", "batch_host_data_parallel", "batch_host_dual_parallel"],
 )
 def test_sbatch_example_loses_a_node_and_ends_with_the_final_model(cluster, tmp_path, recipe, lost):
-    """Node ``lost`` dies after the first checkpoint: node2 (the script's loop reruns the step on
-    node1); node1, the batch host, is a known failure (xfail, not run)."""
+    """Node ``lost`` dies after the first checkpoint, node2 or node1 (the batch host): Slurm
+    requeues the job, which starts again on the node left, removes the MPICH shared memory the
+    killed attempt left there and resumes at world size 2."""
     run_dir = tmp_path / "run"
     output = Path(f"{run_dir}.out")
     overrides = [f"recipe={recipe}"] if recipe else []  # the example's recipe=mnist otherwise
@@ -148,18 +138,26 @@ def test_sbatch_example_loses_a_node_and_ends_with_the_final_model(cluster, tmp_
         killed = time.time()
         cluster.kill_node(lost)
         # no command from anyone from here on: the job must end by itself
-        final = wait_until(lambda: ended(job_state(cluster, job)), 600, f"job {job} to end")
+        final = wait_until(lambda: ended(job_state(cluster, job)), 720, f"job {job} to end")
         took = time.time() - killed
     finally:
         cluster.run(["scancel", job], timeout=30)
     out = output.read_text()
     print(f"{recipe or 'mnist'}: node{lost} killed after {ckpt.name}; the job ended {took:.0f} s later")
-    print("\n".join(ln for ln in out.splitlines() if ln.startswith("train.sbatch:") or "resumed from" in ln))
+    print(
+        "\n".join(
+            ln for ln in out.splitlines() if ln.startswith(("train.sbatch:", "mnframe: node")) or "resumed from" in ln
+        )
+    )
     assert final == "COMPLETED", out[-4000:]
     assert "training on 2 node(s) (node[1-2]) at world size 4" in out, out[-4000:]
     left = 3 - lost
-    said = rf"node\(s\) node{lost} lost; resuming from checkpoint iter_\d+ at world size 2 on 1 node"
+    said = (
+        rf"requeued by Slurm \(restart 1\): node\(s\) node{lost} lost; resuming from checkpoint iter_\d+ "
+        rf"at world size 2 on 1 node\(s\) \(node{left}\)"
+    )
     assert re.search(said, out), out[-4000:]
+    assert f"mnframe: node{left}: " in out, out[-4000:]  # the requeued attempt's shared-memory clean-up ran
     assert f"training on 1 node(s) (node{left}) at world size 2" in out, out[-4000:]
     resumed = [ln for ln in out.splitlines() if "mnframe checkpoint: resumed from" in ln]
     assert len(resumed) == 1 and "world size 4 -> 2" in resumed[0], out[-4000:]
