@@ -152,7 +152,7 @@ SlurmctldPort=$CTLD_PORT
 SlurmdPort=6818
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$STATE/munge/munge.sock
+AuthInfo=socket=$STATE/munge/munge.sock,cred_expire=30
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$STATE/ctld
