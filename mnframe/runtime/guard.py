@@ -164,6 +164,9 @@ def _meet_the_others(mpi, timeout, status, abort_message=None):
 def _finalize_and_exit(mpi, status):
     """Every rank got here: a clean finalize is possible, so no abort noise."""
     _stop_watchdog()
+    from mnframe.runtime import mpi_phase_watch
+
+    mpi_phase_watch.ending()
     try:
         mpi.Finalize()
     except Exception:

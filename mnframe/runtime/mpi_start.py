@@ -24,7 +24,7 @@ import os
 import sys
 import warnings
 
-from mnframe.runtime import slurm
+from mnframe.runtime import mpi_phase_watch, slurm
 
 MODULE = "mpi4py.MPI"
 _state = {"verified": False, "report_only": False}
@@ -66,9 +66,14 @@ class _CheckAfterExec(importlib.abc.Loader):
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            self.loader.exec_module(module)
+        if not _child_process():
+            mpi_phase_watch.arm_start()  # MPI_Init holds the GIL: a process outside keeps its deadline
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                self.loader.exec_module(module)
+        finally:
+            mpi_phase_watch.started()
         sys.modules.setdefault(MODULE, module)
         verify()  # on a mismatch it exits: mpi4py's own warning about it is not repeated beside the line
         for w in caught:  # no mismatch: what mpi4py warned, through the filters in force

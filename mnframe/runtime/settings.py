@@ -110,6 +110,16 @@ SETTINGS = (
         None,
     ),
     Setting(
+        "MNFRAME_MPI_START_TIMEOUT",
+        "duration",
+        "600",
+        "deadline of MPI's start (`MPI_Init`; under srun also Slurm's PMI exchange) and of MPI's end "
+        "after the exit barrier (`MPI_Finalize`), kept by a process outside MPI that kills the stuck "
+        "rank after one line; `0` disables it",
+        seconds,
+        600.0,
+    ),
+    Setting(
         "MNFRAME_EXIT_GRACE",
         "duration",
         "2",

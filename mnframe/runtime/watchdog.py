@@ -47,7 +47,7 @@ import threading
 import time
 import traceback
 
-from mnframe.runtime import oplog, settings
+from mnframe.runtime import mpi_phase_watch, oplog, settings
 from mnframe.runtime.deadline import ENV_TIMEOUT, get_deadline
 from mnframe.runtime.deadline import set_deadline as set_deadline  # watchdog.set_deadline(), as documented
 from mnframe.runtime.errors import ExitStatus
@@ -603,6 +603,7 @@ def _announce_exit_at_exit():
         return
     wd.announce_exit()
     wd.wait_for_everyone(exit_timeout())
+    mpi_phase_watch.ending()  # what follows (window frees, MPI_Finalize) has a deadline kept outside MPI
     shm = sys.modules.get("mnframe.communicators.shm")
     if shm is not None:
         shm.free_all()  # every rank is here: collective frees are safe (OFI's MPI_Finalize needs them)

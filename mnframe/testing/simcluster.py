@@ -75,9 +75,12 @@ def _script(*args, timeout=120):
 class SimCluster:
     """``nodes`` simulated nodes named ``name`` (1-8 of a-z0-9); ``rate`` like "1gbit" caps each
     node's link; ``slurm=True`` adds slurmctld and one slurmd per node. Use as a context manager
-    or call up()/down(); ``up`` removes leftovers of the same name first."""
+    or call up()/down(); ``up`` removes leftovers of the same name first. ``SIMCLUSTER_NAME_OVERRIDE``
+    replaces ``name`` (tests run one cluster at a time: people sharing a machine each keep to theirs)."""
 
     def __init__(self, name="sc", nodes=2, rate=None, slurm=False):
+        # SIMCLUSTER_NAME_OVERRIDE: the one cluster name a person sharing the machine may use
+        name = os.environ.get("SIMCLUSTER_NAME_OVERRIDE") or name
         self.name, self.nodes, self.rate, self.slurm = name, nodes, rate, slurm
         self.env = {}
 
