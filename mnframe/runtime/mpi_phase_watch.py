@@ -19,7 +19,6 @@ rank: every rank stuck there does the same, so the job ends under any launcher.
 """
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -81,6 +80,8 @@ def arm_start() -> None:
     """Just before ``MPI_Init``: start the watcher, its clock running (no-op where not wanted)."""
     if _state["pipe"] is not None or not wanted():
         return
+    import socket  # here: `import mnframe` stays free of socket (tests/unit/test_rel_runtime.py)
+
     from mnframe.runtime import launcher_env
 
     who = f"task {launcher_env.launcher_rank()} on host {socket.gethostname()}"
