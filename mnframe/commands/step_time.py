@@ -230,6 +230,15 @@ def measure(cfg, world_size: int, need_compute: bool, threads: int = 1, copies: 
 # -- the report ---------------------------------------------------------------------
 
 
+def overlap_on(oc) -> bool:
+    """Whether the job averages during backward: ``optimizer.overlap`` as set; ``auto`` is the
+    trial's pick with ``optimizer.autotune`` (the faster: on, in this model, which hides a part
+    of the averaging and costs nothing) and off without it (config/schema.py)."""
+    if oc.overlap == "auto":
+        return bool(oc.autotune)
+    return bool(oc.overlap)
+
+
 def report(cfg, spec: Spec, world_size: int) -> str:
     from mnframe.config.schema import DataParallelTopology
 
@@ -258,7 +267,7 @@ def report(cfg, spec: Spec, world_size: int) -> str:
     compute = spec.compute_ms if spec.compute_ms is not None else measured
     compute_share = on_cores / copies if need_compute and copies > 1 else share
     spare = not spec.shared and spec.cores >= 2 * ppn
-    overlap = bool(cfg.optimizer.overlap)
+    overlap = overlap_on(cfg.optimizer)
     dtype = cfg.communicator.allreduce_grad_dtype
     name = cfg.communicator.name
     configured_half = {"float16": True, "auto": None}.get(dtype or "float32", False)
@@ -296,6 +305,7 @@ def report(cfg, spec: Spec, world_size: int) -> str:
                 spare_core=spare,
                 arrays=arrays,
                 compute_share=compute_share,
+                machine_cores=spec.cores if spec.shared else None,
             )
             mine = algorithm == name and configured_half in (half, None)
             rows.append((algorithm, wire, step))
