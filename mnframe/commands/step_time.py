@@ -196,7 +196,8 @@ def _concurrent_ms(model, optimizer, iterator, threads: int, copies: int) -> flo
 
 def runner_threads(cfg, ppn: int, cores: int) -> int:
     """BLAS threads per rank as ``trainer.threads`` gives them (``runtime/threads.py``): a number as
-    set, ``auto`` the node's cores over its ranks; 1 where the user's environment decides."""
+    set, ``auto`` the cores over the ``ppn`` ranks that share them (a node's; with ``shared=true``
+    every rank, all on one machine); 1 where the user's environment decides."""
     import os
 
     from mnframe.runtime import threads
@@ -255,7 +256,7 @@ def report(cfg, spec: Spec, world_size: int) -> str:
     share = cpu_share(on_cores, spec.cores)
     # the simulated cluster on this machine: measure the ranks' compute as they share its cores
     copies = min(on_cores, MAX_COPIES) if spec.shared and spec.cores == len(usable_cpus()) else 1
-    threads = runner_threads(cfg, ppn, spec.cores) if copies > 1 else 1
+    threads = runner_threads(cfg, on_cores, spec.cores) if copies > 1 else 1
     arrays = 1
     if spec.grad_bytes is None or need_compute:
         grad_bytes, arrays, measured, batch = measure(cfg, world_size, need_compute, threads, copies)

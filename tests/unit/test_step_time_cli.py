@@ -120,7 +120,7 @@ def test_threads_per_rank_follow_trainer_threads(monkeypatch):
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
         monkeypatch.delenv(var, raising=False)
     assert step_time.runner_threads(_cfg(), ppn=2, cores=8) == 4  # auto: the node's cores over its ranks
-    assert step_time.runner_threads(_cfg(), ppn=4, cores=2) == 1
+    assert step_time.runner_threads(_cfg(), ppn=4, cores=2) == 1  # also shared=true: every rank on the machine
     assert step_time.runner_threads(_cfg("trainer.threads=3"), ppn=1, cores=8) == 3
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert step_time.runner_threads(_cfg(), ppn=1, cores=8) == 2  # the user's environment decides
