@@ -196,7 +196,8 @@ def _concurrent_ms(model, optimizer, iterator, threads: int, copies: int) -> flo
 
 def runner_threads(cfg, ppn: int, cores: int) -> int:
     """BLAS threads per rank as ``trainer.threads`` gives them (``runtime/threads.py``): a number as
-    set, ``auto`` the node's cores over its ranks; 1 where the user's environment decides."""
+    set, ``auto`` the cores over the ``ppn`` ranks that share them (a node's; with ``shared=true``
+    every rank, all on one machine); 1 where the user's environment decides."""
     import os
 
     from mnframe.runtime import threads
@@ -230,6 +231,15 @@ def measure(cfg, world_size: int, need_compute: bool, threads: int = 1, copies: 
 # -- the report ---------------------------------------------------------------------
 
 
+def overlap_on(oc) -> bool:
+    """Whether the job averages during backward: ``optimizer.overlap`` as set; ``auto`` is the
+    trial's pick with ``optimizer.autotune`` (the faster: on, in this model, which hides a part
+    of the averaging and costs nothing) and off without it (config/schema.py)."""
+    if oc.overlap == "auto":
+        return bool(oc.autotune)
+    return bool(oc.overlap)
+
+
 def report(cfg, spec: Spec, world_size: int) -> str:
     from mnframe.config.schema import DataParallelTopology
 
@@ -246,7 +256,7 @@ def report(cfg, spec: Spec, world_size: int) -> str:
     share = cpu_share(on_cores, spec.cores)
     # the simulated cluster on this machine: measure the ranks' compute as they share its cores
     copies = min(on_cores, MAX_COPIES) if spec.shared and spec.cores == len(usable_cpus()) else 1
-    threads = runner_threads(cfg, ppn, spec.cores) if copies > 1 else 1
+    threads = runner_threads(cfg, on_cores, spec.cores) if copies > 1 else 1
     arrays = 1
     if spec.grad_bytes is None or need_compute:
         grad_bytes, arrays, measured, batch = measure(cfg, world_size, need_compute, threads, copies)
@@ -258,7 +268,7 @@ def report(cfg, spec: Spec, world_size: int) -> str:
     compute = spec.compute_ms if spec.compute_ms is not None else measured
     compute_share = on_cores / copies if need_compute and copies > 1 else share
     spare = not spec.shared and spec.cores >= 2 * ppn
-    overlap = bool(cfg.optimizer.overlap)
+    overlap = overlap_on(cfg.optimizer)
     dtype = cfg.communicator.allreduce_grad_dtype
     name = cfg.communicator.name
     configured_half = {"float16": True, "auto": None}.get(dtype or "float32", False)
@@ -296,6 +306,7 @@ def report(cfg, spec: Spec, world_size: int) -> str:
                 spare_core=spare,
                 arrays=arrays,
                 compute_share=compute_share,
+                machine_cores=spec.cores if spec.shared else None,
             )
             mine = algorithm == name and configured_half in (half, None)
             rows.append((algorithm, wire, step))

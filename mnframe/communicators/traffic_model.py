@@ -19,14 +19,19 @@ nodes, and that share of the K ranks' bytes crosses the node's link.
 
 ``averaging_ms`` turns that into time: the wire (bytes / payload rate + rounds x latency) against
 the CPU the call needs (TCP work per byte, the local sums and, for float16, the conversions),
-stretched by ``cpu_share`` when ranks share cores. The constants are in ``CALIBRATION``, each with
-where it was measured; none is fitted to the end-to-end rows it is checked against.
+stretched by ``cpu_share`` when ranks share cores. When every node runs on the same machine
+(``machine_cores``: the simulated cluster), the CPU is the machine's: each byte between nodes
+costs it the sender's and receiver's TCP work and the kernel's forwarding (veth, bridge, two tc
+tbf), measured together as ``moved_ns_per_byte``, and every rank's local sums, all over its
+cores. The constants are in ``CALIBRATION``, each with where it was measured; none is fitted to
+the end-to-end rows it is checked against.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 from mnframe.communicators.wire_allreduce import chunk_elements
 
@@ -38,6 +43,12 @@ CALIBRATION = {
     "payload_share": (1448 / 1514, "BENCHMARKS.md 6c: MTU 1500, TCP timestamps"),
     # kernel TCP work of one rank, per byte it sends or receives (ns)
     "tcp_ns_per_byte": (0.7, "BENCHMARKS.md 6 'Where the time goes': 25 MB MPI message at 1 Gbit/s, 35-38 ms CPU"),
+    # the machine's CPU per byte moved between two simulated nodes (namespaces on one machine): both
+    # ends' TCP work and the forwarding between them (veth, tbf, bridge, tbf, veth), in core-ns
+    "moved_ns_per_byte": (
+        1.13,
+        "bench/bench_forward_cpu.py, BENCHMARKS.md 6f: 12 transfers, 1-10 Gbit/s, 2-8 nodes: 1.05-1.39",
+    ),
     # a rank's local work per byte of float32 gradients: pack, node mean, sum of the copies, unpack (ns)
     "local_ns_per_byte": (0.33, "bench/bench_nodes_cpu.py, BENCHMARKS.md 6: 34.4 ms (2x2) / 30.8 ms (3x1) for 102 MB"),
     # float16 wire: encode, decode and the float32 sums of halves beyond float32's work, per float32 byte (ns)
@@ -122,13 +133,21 @@ def averaging_ms(
     half: bool = False,
     cpu_share: float = 1.0,
     arrays: int = 1,
+    machine_cores: Optional[int] = None,
 ) -> Averaging:
     """One averaging call: ``rate_bps`` the link's bits per second, ``cpu_share`` how many ranks'
-    worth of work each core carries (1 when every rank has a core of its own)."""
+    worth of work each core carries (1 when every rank has a core of its own); ``machine_cores``:
+    every node on the same machine of that many cores (the simulated cluster), whose CPU then does
+    all of the call's work: ``moved_ns_per_byte`` for each byte between nodes, the local sums of
+    every rank, over its cores (``cpu_share`` is not used)."""
     t = traffic(algorithm, grad_bytes, nodes, ppn, half, arrays)
     wire_ms = t.link_bytes * 8 / (rate_bps * constant("payload_share")) * 1e3 + t.rounds * latency_us / 1e3
     if nodes * ppn == 1:
         return Averaging(0.0, 0.0, 0.0, t)
     local = constant("local_ns_per_byte") + (constant("half_ns_per_byte") if half else 0.0)
-    cpu_ms = (t.rank_bytes * constant("tcp_ns_per_byte") + grad_bytes * local) / 1e6 * cpu_share
+    if machine_cores:
+        work_ns = nodes * t.link_bytes * constant("moved_ns_per_byte") + nodes * ppn * grad_bytes * local
+        cpu_ms = work_ns / 1e6 / machine_cores
+    else:
+        cpu_ms = (t.rank_bytes * constant("tcp_ns_per_byte") + grad_bytes * local) / 1e6 * cpu_share
     return Averaging(wire_ms, cpu_ms, max(wire_ms, cpu_ms), t)

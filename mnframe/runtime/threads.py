@@ -10,6 +10,11 @@ share of the cores it may run on instead.
 ``trainer.threads``: ``auto`` (the default) sizes the pools only when the job
 trains on CPUs and the user set none of ``ENV_VARS``; a number sets exactly that
 many threads per rank; ``keep`` changes nothing.
+
+The ranks that share a rank's cores are those on the same kernel (``machine_key``:
+its boot id), not only those of its node name: on the simulated cluster every
+node is a namespace of one machine, and 8 one-rank nodes on 2 cores would
+otherwise start 2 threads each (16 on 2 cores; measured in BENCHMARKS.md 6f).
 """
 
 from __future__ import annotations
@@ -60,6 +65,16 @@ def plan(
     return fair_share(mine, node_peers)
 
 
+def machine_key(node_index: int) -> str:
+    """What tells ranks on one kernel apart from others: the boot id (the same in every network
+    and UTS namespace of a machine, different on every other machine), else the node's index."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return "boot:" + f.read().strip()
+    except OSError:
+        return f"node:{node_index}"
+
+
 def apply(threads: int) -> bool:
     """Limit every BLAS/OpenMP pool of this process to ``threads`` (threadpoolctl)."""
     try:
@@ -75,9 +90,11 @@ def configure(setting: Union[str, int], comm, on_cpu: bool, env: Optional[Dict[s
     """Size this rank's thread pools (collective over ``comm``); returns the count set, or None."""
     env = os.environ if env is None else env
     mine = usable_cpus()
-    # every rank learns the CPU sets of its node peers (inter_rank = node index)
-    everyone = comm.allgather_obj((comm.inter_rank, mine))
-    node_peers = [cpus for node, cpus in everyone if node == comm.inter_rank]
+    # every rank learns the CPU sets of the ranks on its machine (one kernel: its node, or every
+    # simulated node of the machine), fair_share counts those whose CPUs overlap its own
+    key = machine_key(comm.inter_rank)
+    everyone = comm.allgather_obj((key, mine))
+    node_peers = [cpus for machine, cpus in everyone if machine == key]
     threads = plan(setting, on_cpu, mine, node_peers, env)
     if threads is None:
         reason = (
@@ -91,7 +108,7 @@ def configure(setting: Union[str, int], comm, on_cpu: bool, env: Optional[Dict[s
         return None
     if apply(threads):
         log.info(
-            "BLAS/OpenMP threads per rank: %d (%d usable CPUs, %d rank(s) on this node)",
+            "BLAS/OpenMP threads per rank: %d (%d usable CPUs, %d rank(s) on this machine)",
             threads,
             len(mine),
             len(node_peers),

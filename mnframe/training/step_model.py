@@ -4,7 +4,8 @@ Pure arithmetic (``commands/step_time.py`` measures or takes the inputs and prin
 
 * compute: one rank's forward, backward and update alone (ms), stretched by ``cpu_share`` =
   max(1, ranks sharing the cores / cores): ranks that share cores take turns on them;
-* averaging: ``communicators.traffic_model.averaging_ms`` for the algorithm, wire dtype, link;
+* averaging: ``communicators.traffic_model.averaging_ms`` for the algorithm, wire dtype, link
+  (on the simulated cluster, ``machine_cores``: the one machine's CPU for every node's bytes);
 * overlap (``optimizer.overlap``): buckets are averaged while backward runs, so up to the
   backward part of compute (``BACKWARD_SHARE``) is hidden; with no spare core (``cpu_share`` > 1,
   or as many ranks on a node as cores) only the wire's wait hides, not the averaging's own CPU.
@@ -52,11 +53,13 @@ def predict_step(
     spare_core: bool = False,
     arrays: int = 1,
     compute_share: Optional[float] = None,
+    machine_cores: Optional[int] = None,
 ) -> Step:
     """One iteration of ``nodes`` x ``ppn`` ranks; ``share`` from ``cpu_share``; ``spare_core``:
     each rank has a core beyond its own for the overlap's thread; ``compute_share`` (default
-    ``share``) stretches ``compute_ms`` instead, 1 where it was measured with the cores shared."""
-    avg = averaging_ms(algorithm, grad_bytes, nodes, ppn, rate_bps, latency_us, half, share, arrays)
+    ``share``) stretches ``compute_ms`` instead, 1 where it was measured with the cores shared;
+    ``machine_cores``: every node on one machine of that many cores (``averaging_ms``)."""
+    avg = averaging_ms(algorithm, grad_bytes, nodes, ppn, rate_bps, latency_us, half, share, arrays, machine_cores)
     compute = compute_ms * (share if compute_share is None else compute_share)
     hidden = 0.0
     if overlap:

@@ -43,3 +43,25 @@ def test_configure_limits_the_blas_pool():
         blas = [p for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
         assert blas and all(p["num_threads"] == 1 for p in blas)
         assert T.configure("auto", _OneRank(), on_cpu=True, env={"OMP_NUM_THREADS": "2"}) is None
+
+
+class _NodesOfOneMachine:
+    """Ranks on ``nodes`` node names (inter_rank), ``same_kernel``: all on this machine (the simulated cluster)."""
+
+    def __init__(self, nodes, same_kernel):
+        self.inter_rank, self.nodes, self.same_kernel = 0, nodes, same_kernel
+
+    def allgather_obj(self, obj):
+        key, cpus = obj
+        return [(key if self.same_kernel or n == 0 else f"boot:other{n}", cpus) for n in range(self.nodes)]
+
+
+def test_auto_counts_every_rank_on_the_same_kernel_not_only_the_node_name():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    mine = T.usable_cpus()
+    assert T.machine_key(3).startswith("boot:") and T.machine_key(3) == T.machine_key(0)
+    with threadpoolctl.threadpool_limits(limits=None):
+        # 2 x len(mine) one-rank nodes on this kernel share its CPUs: 1 thread each
+        assert T.configure("auto", _NodesOfOneMachine(2 * len(mine), True), on_cpu=True, env={}) == 1
+        # the same node names on machines of their own: each rank keeps its CPUs
+        assert T.configure("auto", _NodesOfOneMachine(2 * len(mine), False), on_cpu=True, env={}) == len(mine)

@@ -54,7 +54,9 @@ def _rows(text):
 
 def test_the_report_has_every_algorithm_and_wire_and_the_configured_prediction():
     text = cli.check(
-        ["recipe=mnist", "model.n_units=50"], 4, predict="nodes=2,link=1gbit,compute_ms=10,cores=2,shared=true"
+        ["recipe=mnist", "model.n_units=50", "optimizer.overlap=false"],
+        4,
+        predict="nodes=2,link=1gbit,compute_ms=10,cores=2,shared=true",
     )
     rows = _rows(text)
     assert len(rows) == 8 and [r.split()[0] for r in rows[::2]] == ["naive", "flat", "hierarchical", "two_dimensional"]
@@ -76,6 +78,13 @@ def test_an_overlap_config_hides_part_of_the_averaging():
     assert "overlap on" in text
     hidden = [float(r.split()[-3]) for r in _rows(text)]
     assert all(h > 0 for h in hidden)
+    # overlap=auto is the trial's pick with autotune (on: the faster here), off without autotune
+    spec = "nodes=2,link=1gbit,compute_ms=30,shared=true,cores=2"
+    assert "overlap on" in cli.check(["recipe=mnist", "optimizer.overlap=auto"], 2, predict=spec)
+    off = cli.check(["recipe=mnist", "optimizer.overlap=auto", "optimizer.autotune=false"], 2, predict=spec)
+    assert "overlap off" in off and all(float(r.split()[-3]) == 0 for r in _rows(off))
+    off = cli.check(["recipe=mnist", "optimizer.overlap=false"], 2, predict=spec)
+    assert "overlap off" in off and all(float(r.split()[-3]) == 0 for r in _rows(off))
 
 
 @pytest.mark.slow
@@ -111,7 +120,7 @@ def test_threads_per_rank_follow_trainer_threads(monkeypatch):
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
         monkeypatch.delenv(var, raising=False)
     assert step_time.runner_threads(_cfg(), ppn=2, cores=8) == 4  # auto: the node's cores over its ranks
-    assert step_time.runner_threads(_cfg(), ppn=4, cores=2) == 1
+    assert step_time.runner_threads(_cfg(), ppn=4, cores=2) == 1  # also shared=true: every rank on the machine
     assert step_time.runner_threads(_cfg("trainer.threads=3"), ppn=1, cores=8) == 3
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert step_time.runner_threads(_cfg(), ppn=1, cores=8) == 2  # the user's environment decides

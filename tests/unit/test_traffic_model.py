@@ -91,3 +91,23 @@ def test_step_is_compute_times_share_plus_averaging_less_what_overlap_hides():
     spare = sm.predict_step(10.0, "two_dimensional", MB, 2, 1, 1e9, 0.0, overlap=True, spare_core=True)
     assert spare.hidden_ms == pytest.approx(min(spare.averaging.total_ms, sm.BACKWARD_SHARE * 10.0))
     assert spare.examples_per_s(100) == pytest.approx(100 / spare.step_ms * 1e3)
+
+
+def test_on_one_machine_the_averaging_cpu_is_every_node_s_bytes_and_every_rank_s_sums_over_its_cores():
+    # the simulated cluster: each byte between nodes costs the machine moved_ns_per_byte (both
+    # ends' TCP work and the forwarding), every rank does its local sums, all on the same cores
+    t = tm.traffic("two_dimensional", MB, 8, 1)
+    a = tm.averaging_ms("two_dimensional", MB, 8, 1, 1e9, 0.0, cpu_share=99.0, machine_cores=2)
+    work_ns = 8 * t.link_bytes * tm.constant("moved_ns_per_byte") + 8 * MB * tm.constant("local_ns_per_byte")
+    assert a.cpu_ms == pytest.approx(work_ns / 1e6 / 2)  # cpu_share is not used
+    assert a.total_ms == max(a.wire_ms, a.cpu_ms)
+    # twice the cores: half the CPU time; the wire is the link's, unchanged
+    b = tm.averaging_ms("two_dimensional", MB, 8, 1, 1e9, 0.0, machine_cores=4)
+    assert b.cpu_ms == pytest.approx(a.cpu_ms / 2) and b.wire_ms == a.wire_ms
+    # float16: half the bytes moved, the conversions added for every rank
+    h = tm.averaging_ms("two_dimensional", MB, 8, 1, 1e9, 0.0, half=True, machine_cores=2)
+    local = tm.constant("local_ns_per_byte") + tm.constant("half_ns_per_byte")
+    assert h.cpu_ms == pytest.approx((8 * t.link_bytes / 2 * tm.constant("moved_ns_per_byte") + 8 * MB * local) / 2e6)
+    # through predict_step, as --predict shared=true passes it
+    step = sm.predict_step(10.0, "two_dimensional", MB, 8, 1, 1e9, 0.0, share=4.0, machine_cores=2)
+    assert step.averaging.cpu_ms == pytest.approx(a.cpu_ms) and step.step_ms == pytest.approx(40.0 + a.total_ms)
