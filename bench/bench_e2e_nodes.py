@@ -188,6 +188,7 @@ def measure(args, rate, workloads, tmp, computes):
                         "comm_fraction": statistics.median(comm) if comm else None,
                         "all": rates,
                         "autotune": [r.get("autotune") for r in results],
+                        "blas_threads": [r.get("blas_threads") for r in results],  # rank 0's BLAS pool
                     }
                     for r in results:
                         row.setdefault("grad_bytes", r.get("grad_bytes"))

@@ -189,7 +189,7 @@ def main():
         _sh("down", "--name", args.name)
     print(
         f"{args.nodes} nodes x 1 rank, {args.rate}, {args.elements * 4 / 1e6:.1f} MB float32, "
-        f"median of {args.repeat} (slowest rank), load {out['load']:.1f}, env {args.env or '-'}, "
+        f"median of {args.repeat} (slowest rank), load {out['load']:.1f}, netmod {args.netmod}, env {args.env or '-'}, "
         f"gemm {args.gemm or '-'}, threads {args.threads or 'library default'}"
     )
     for label, t in out["results"].items():
