@@ -25,7 +25,10 @@ one after the other, ``--repeat`` times:
 * ``overlap+ddp25``: overlap with PyTorch DDP's fixed 25 MiB buckets instead of buckets sized
   to the model;
 * ``powersgd``, ``overlap+powersgd``: ``communicator.compression=powersgd`` (rank 4, compressed
-  after 10 full averages: docs/powersgd.md), without and with overlap.
+  after 10 full averages: docs/powersgd.md), without and with overlap;
+* ``base+threads1``: ``base`` with one BLAS thread per rank (``trainer.threads=1``);
+* ``flat``, ``naive``: the communicators that average through ``MPI_Allreduce`` (not exact
+  from 3 ranks on, so not among the default's candidates), no trial.
 
 It prints examples/s (global, after the warm-up; medians), each variant over the
 peer, the share of a step in gradient averaging, each side's step time over the row's
@@ -64,6 +67,11 @@ VARIANTS = {
     "overlap+ddp25": ["optimizer.overlap=true", "optimizer.bucket_cap_mb=25"],
     "powersgd": ["communicator.compression=powersgd"],  # rank 4, compressed after 10 averages
     "overlap+powersgd": ["optimizer.overlap=true", "communicator.compression=powersgd"],
+    # diagnostics of section 13's 2 x 1 row: the old default with one BLAS thread per rank, and the
+    # communicators that average through MPI_Allreduce (not exact from 3 ranks on: not in EXACT)
+    "base+threads1": ["optimizer.autotune=false", "trainer.threads=1"],
+    "flat": ["communicator=flat", "optimizer.autotune=false"],
+    "naive": ["communicator=naive", "optimizer.autotune=false"],
 }
 
 
@@ -180,6 +188,7 @@ def measure(args, rate, workloads, tmp, computes):
                         "comm_fraction": statistics.median(comm) if comm else None,
                         "all": rates,
                         "autotune": [r.get("autotune") for r in results],
+                        "blas_threads": [r.get("blas_threads") for r in results],  # rank 0's BLAS pool
                     }
                     for r in results:
                         row.setdefault("grad_bytes", r.get("grad_bytes"))

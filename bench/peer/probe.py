@@ -136,6 +136,7 @@ class Probe(training.Extension):
             "comm_fraction": None,
             "grad_bytes": _grad_bytes(self._optimizer),
             "autotune": _autotune_choice(self._optimizer),
+            "blas_threads": _blas_threads(),
         }
         if len(marks) >= 2:
             steps = len(marks) - 1
@@ -160,6 +161,16 @@ def _autotune_choice(optimizer):
     tuner = getattr(optimizer, "_tuner", None) if optimizer is not None and hasattr(optimizer, "_update") else None
     chosen = getattr(tuner, "chosen", None)
     return None if chosen is None else chosen.label
+
+
+def _blas_threads():
+    """The BLAS pool's thread count in this process (each side's own: the runner sizes it, the peer
+    keeps the library's default), or None without threadpoolctl."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:  # pragma: no cover - a dependency of mnframe
+        return None
+    return max((p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"), default=None)
 
 
 def add_to(trainer, comm, **kwargs):
