@@ -231,12 +231,13 @@ def measure(cfg, world_size: int, need_compute: bool, threads: int = 1, copies: 
 # -- the report ---------------------------------------------------------------------
 
 
-def overlap_on(oc) -> bool:
+def overlap_on(oc, spare_core: bool) -> bool:
     """Whether the job averages during backward: ``optimizer.overlap`` as set; ``auto`` is the
-    trial's pick with ``optimizer.autotune`` (the faster: on, in this model, which hides a part
-    of the averaging and costs nothing) and off without it (config/schema.py)."""
+    trial's pick with ``optimizer.autotune`` (on where a spare core lets it hide something, in
+    this model; without one the two tie and the trial keeps the old default, off) and off without
+    it (config/schema.py)."""
     if oc.overlap == "auto":
-        return bool(oc.autotune)
+        return bool(oc.autotune) and spare_core
     return bool(oc.overlap)
 
 
@@ -268,7 +269,7 @@ def report(cfg, spec: Spec, world_size: int) -> str:
     compute = spec.compute_ms if spec.compute_ms is not None else measured
     compute_share = on_cores / copies if need_compute and copies > 1 else share
     spare = not spec.shared and spec.cores >= 2 * ppn
-    overlap = overlap_on(cfg.optimizer)
+    overlap = overlap_on(cfg.optimizer, spare)
     dtype = cfg.communicator.allreduce_grad_dtype
     name = cfg.communicator.name
     configured_half = {"float16": True, "auto": None}.get(dtype or "float32", False)

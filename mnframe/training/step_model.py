@@ -7,8 +7,11 @@ Pure arithmetic (``commands/step_time.py`` measures or takes the inputs and prin
 * averaging: ``communicators.traffic_model.averaging_ms`` for the algorithm, wire dtype, link
   (on the simulated cluster, ``machine_cores``: the one machine's CPU for every node's bytes);
 * overlap (``optimizer.overlap``): buckets are averaged while backward runs, so up to the
-  backward part of compute (``BACKWARD_SHARE``) is hidden; with no spare core (``cpu_share`` > 1,
-  or as many ranks on a node as cores) only the wire's wait hides, not the averaging's own CPU.
+  backward part of compute (``BACKWARD_SHARE``) is hidden, where each rank has a core to spare for
+  the overlap's thread. Without one nothing hides: MPI's waits spin (a rank waiting 10 ms used
+  11-12 ms of CPU, BENCHMARKS.md 13a), so the thread's wait takes the core backward needs; on the
+  simulated cluster the trial kept overlap off in 16 of 18 rounds and explicit overlap was no
+  faster (BENCHMARKS.md 6f, 13).
 """
 
 from __future__ import annotations
@@ -63,6 +66,5 @@ def predict_step(
     compute = compute_ms * (share if compute_share is None else compute_share)
     hidden = 0.0
     if overlap:
-        hideable = avg.total_ms if spare_core else max(0.0, avg.total_ms - avg.cpu_ms)
-        hidden = min(hideable, BACKWARD_SHARE * compute)
+        hidden = min(avg.total_ms, BACKWARD_SHARE * compute) if spare_core else 0.0
     return Step(compute, avg, hidden, compute + avg.total_ms - hidden)

@@ -72,15 +72,18 @@ def test_the_report_has_every_algorithm_and_wire_and_the_configured_prediction()
 
 
 def test_an_overlap_config_hides_part_of_the_averaging():
-    text = cli.check(
-        ["recipe=mnist", "optimizer.overlap=true"], 2, predict="nodes=2,link=1gbit,compute_ms=30,shared=true,cores=2"
-    )
+    spec = "nodes=2,link=1gbit,compute_ms=30,cores=4"  # a core to spare per rank
+    text = cli.check(["recipe=mnist", "optimizer.overlap=true"], 2, predict=spec)
     assert "overlap on" in text
     hidden = [float(r.split()[-3]) for r in _rows(text)]
     assert all(h > 0 for h in hidden)
     # overlap=auto is the trial's pick with autotune (on: the faster here), off without autotune
-    spec = "nodes=2,link=1gbit,compute_ms=30,shared=true,cores=2"
     assert "overlap on" in cli.check(["recipe=mnist", "optimizer.overlap=auto"], 2, predict=spec)
+    # no spare core (every node on 2 shared cores): nothing hides, the trial keeps the old default
+    shared = "nodes=2,link=1gbit,compute_ms=30,shared=true,cores=2"
+    text = cli.check(["recipe=mnist", "optimizer.overlap=true"], 2, predict=shared)
+    assert all(float(r.split()[-3]) == 0 for r in _rows(text))
+    assert "overlap off" in cli.check(["recipe=mnist", "optimizer.overlap=auto"], 2, predict=shared)
     off = cli.check(["recipe=mnist", "optimizer.overlap=auto", "optimizer.autotune=false"], 2, predict=spec)
     assert "overlap off" in off and all(float(r.split()[-3]) == 0 for r in _rows(off))
     off = cli.check(["recipe=mnist", "optimizer.overlap=false"], 2, predict=spec)
