@@ -45,9 +45,9 @@ NORMAL = textwrap.dedent("""
     import mnframe
     comm = mnframe.create_communicator("naive")
     from mnframe.runtime import mpi_phase_watch
-    proc = mpi_phase_watch._state["proc"]
+    pid = mpi_phase_watch._state["proc"]  # the watcher's pid
     total = comm.allreduce_obj(comm.rank + 1)
-    print(f"rank {comm.rank} total {total} watcher {proc.pid if proc else None}\\n", end="", flush=True)
+    print(f"rank {comm.rank} total {total} watcher {pid}\\n", end="", flush=True)
 """)
 
 

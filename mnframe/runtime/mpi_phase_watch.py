@@ -19,7 +19,6 @@ rank: every rank stuck there does the same, so the job ends under any launcher.
 """
 
 import os
-import subprocess
 import sys
 
 _PROGRAM = r"""
@@ -85,17 +84,26 @@ def arm_start() -> None:
     from mnframe.runtime import launcher_env
 
     who = f"task {launcher_env.launcher_rank()} on host {socket.gethostname()}"
+    argv = [sys.executable, "-I", "-S", "-c", _PROGRAM, str(os.getpid()), f"{_deadline():g}", who]
+    read, write = os.pipe()
+    # posix_spawn, not subprocess.Popen: a Popen object still running at the rank's exit makes
+    # Python warn "subprocess N is still running" on stderr (the watcher outlives the rank by design)
+    actions = [
+        (os.POSIX_SPAWN_DUP2, read, 0),
+        (os.POSIX_SPAWN_CLOSE, write),
+        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+    ]
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _PROGRAM, str(os.getpid()), f"{_deadline():g}", who],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # a Ctrl-C to the job's process group is for the ranks
-        )
+        # setsid: a Ctrl-C to the job's process group is for the ranks
+        pid = os.posix_spawn(sys.executable, argv, os.environ, file_actions=actions, setsid=True)
     except OSError:  # no deadline rather than no job
+        os.close(read)
+        os.close(write)
         return
-    _state["pipe"], _state["proc"] = proc.stdin, proc
+    os.close(read)
+    os.set_inheritable(write, False)
+    _state["pipe"], _state["proc"] = write, pid  # a bare fd: a file object left open at exit warns too
 
 
 def _send(byte: bytes) -> None:
@@ -103,9 +111,8 @@ def _send(byte: bytes) -> None:
     if pipe is None:
         return
     try:
-        pipe.write(byte)
-        pipe.flush()
-    except (OSError, ValueError):
+        os.write(pipe, byte)
+    except OSError:
         _state["pipe"] = None
 
 
