@@ -85,7 +85,9 @@ def params(run_dir):
 
 
 def test_sbatch_example_requeue_resumes_to_the_uninterrupted_result(cluster, tmp_path):
-    stop = ["trainer.stop=[150,iteration]", "checkpoint.interval=20"]
+    # long enough that the requeue (after the first checkpoint) lands mid-run: the job runs alone
+    # on its nodes (train.sbatch asks for --exclusive), 150 iterations took under a second
+    stop = ["trainer.stop=[1500,iteration]", "checkpoint.interval=100"]
     plain, requeued = tmp_path / "plain", tmp_path / "requeued"
     job_a = submit(cluster, plain, *stop)
     job_b = submit(cluster, requeued, *stop)
@@ -103,7 +105,7 @@ def test_sbatch_example_requeue_resumes_to_the_uninterrupted_result(cluster, tmp
     assert out_b.count("mnframe: received SIGTERM") == 2, out_b[-4000:]
     assert "mnframe: preempted; checkpoint iter_" in out_b, out_b[-4000:]
     log = json.loads((requeued / "log").read_text())
-    assert [e["iteration"] for e in log][-1] == 150
+    assert [e["iteration"] for e in log][-1] == 1500
     a, b = params(plain), params(requeued)
     assert a.keys() == b.keys()
     for key in a:
