@@ -85,8 +85,6 @@ def test_step_is_compute_times_share_plus_averaging_less_what_overlap_hides():
     assert base.compute_ms == 20.0 and base.hidden_ms == 0
     assert base.step_ms == pytest.approx(20.0 + base.averaging.total_ms)
     over = sm.predict_step(10.0, "two_dimensional", MB, 2, 1, 1e9, 0.0, share=2.0, overlap=True)
-    # no spare core: only the wire's wait beyond the CPU hides, at most backward's part of compute
-    a = over.averaging
     assert over.hidden_ms == 0  # no spare core: the overlap's spinning wait takes backward's core
     spare = sm.predict_step(10.0, "two_dimensional", MB, 2, 1, 1e9, 0.0, overlap=True, spare_core=True)
     assert spare.hidden_ms == pytest.approx(min(spare.averaging.total_ms, sm.BACKWARD_SHARE * 10.0))
