@@ -75,6 +75,14 @@ def wanted() -> bool:
     return not off and launch is not None and launch.size > 1 and bool(_deadline())
 
 
+def _open_fds():
+    """This process's open descriptors (a close of one that is shut by then is harmless to spawn)."""
+    try:
+        return sorted(int(name) for name in os.listdir("/proc/self/fd"))
+    except OSError:
+        return range(3, 1024)
+
+
 def arm_start() -> None:
     """Just before ``MPI_Init``: start the watcher, its clock running (no-op where not wanted)."""
     if _state["pipe"] is not None or not wanted():
@@ -90,10 +98,12 @@ def arm_start() -> None:
     # Python warn "subprocess N is still running" on stderr (the watcher outlives the rank by design)
     actions = [
         (os.POSIX_SPAWN_DUP2, read, 0),
-        (os.POSIX_SPAWN_CLOSE, write),
         (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
         (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
     ]
+    # and no other descriptor of the rank (Popen's close_fds): a launcher's PMI socket held open by
+    # the watcher hides the rank's exit from the launcher (tests/test_rel_holes.py)
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _open_fds() if fd > 2]
     try:
         # setsid: a Ctrl-C to the job's process group is for the ranks
         pid = os.posix_spawn(sys.executable, argv, os.environ, file_actions=actions, setsid=True)
