@@ -134,15 +134,29 @@ def autotune_plan(cfg: OptimizerConfig, comm_cfg, comm, model, data_parallel):
     for hit, why in reasons:
         if hit:
             return [], why
+    overlap = None if cfg.overlap == AUTO else cfg.overlap
+    spare, machine = True, ""
+    if overlap is None and cfg.autotune != "all":
+        from mnframe.runtime.threads import spare_core_everywhere
+
+        spare, machine = spare_core_everywhere(comm)  # collective: every rank got here alike
     cands = candidates(
         comm_cfg.name,
         comm.size,
         getattr(comm, "inter_size", 1),
-        overlap=None if cfg.overlap == AUTO else cfg.overlap,
+        overlap=overlap,
         bucket_cap_mb=cfg.bucket_cap_mb,
         communicator_free=comm_cfg.chosen_by_auto,
+        spare_core=spare,
     )
-    return (cands, "") if len(cands) > 1 else ([], "every averaging option is set")
+    no_spare = f"no spare core for overlap's thread, {machine}"
+    if len(cands) > 1:
+        if not spare and comm.rank == 0:
+            log.info("autotune: overlap not tried (%s; optimizer.autotune=all tries it anyway)", no_spare)
+        return cands, ""
+    if not spare:
+        return [], f"{no_spare}, nothing else to try; optimizer.autotune=all tries overlap anyway"
+    return [], "every averaging option is set"
 
 
 def schedule_extension(cfg: OptimizerConfig, optimizer):

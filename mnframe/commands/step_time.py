@@ -234,8 +234,8 @@ def measure(cfg, world_size: int, need_compute: bool, threads: int = 1, copies: 
 def overlap_on(oc, spare_core: bool) -> bool:
     """Whether the job averages during backward: ``optimizer.overlap`` as set; ``auto`` is the
     trial's pick with ``optimizer.autotune`` (on where a spare core lets it hide something, in
-    this model; without one the two tie and the trial keeps the old default, off) and off without
-    it (config/schema.py)."""
+    this model; without one the trial does not try it, and with ``autotune=all`` the two tie and
+    it keeps the old default, off) and off without it (config/schema.py)."""
     if oc.overlap == "auto":
         return bool(oc.autotune) and spare_core
     return bool(oc.overlap)
@@ -249,7 +249,7 @@ def report(cfg, spec: Spec, world_size: int) -> str:
             "--predict models data-parallel jobs (gradients averaged over every rank); this recipe's "
             f"topology is {cfg.topology.kind}"
         )
-    from mnframe.runtime.threads import usable_cpus
+    from mnframe.runtime.threads import has_spare_core, usable_cpus
 
     ppn = world_size // spec.nodes
     need_compute = spec.compute_ms is None
@@ -268,7 +268,7 @@ def report(cfg, spec: Spec, world_size: int) -> str:
         grad_bytes, measured, batch = spec.grad_bytes, None, per_rank_batch_size(cfg.dataset, world_size)
     compute = spec.compute_ms if spec.compute_ms is not None else measured
     compute_share = on_cores / copies if need_compute and copies > 1 else share
-    spare = not spec.shared and spec.cores >= 2 * ppn
+    spare = has_spare_core(spec.cores, on_cores)  # as the runner's trial judges (runtime/threads.py)
     overlap = overlap_on(cfg.optimizer, spare)
     dtype = cfg.communicator.allreduce_grad_dtype
     name = cfg.communicator.name

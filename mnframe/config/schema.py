@@ -109,8 +109,9 @@ class OptimizerConfig(BaseModel):
     double_buffering: bool = False
     # auto (not set): the runner's trial picks it with optimizer.autotune, else off (docs/autotune.md)
     overlap: Union[bool, Literal["auto"]] = "auto"
-    # try the exact settings not set (overlap, bucket sizes, communicator) in the first steps; keep the fastest
-    autotune: bool = True
+    # try the exact settings not set (overlap, bucket sizes, communicator) in the first steps; keep the fastest.
+    # true: overlap only where every rank has a spare core for its thread; all: overlap anyway (docs/autotune.md)
+    autotune: Union[bool, Literal["all"]] = True
     bucket_cap_mb: Optional[float] = Field(None, gt=0)
     zero_fill: bool = True
     weight_decay: Optional[float] = Field(None, ge=0)

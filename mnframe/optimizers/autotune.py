@@ -66,14 +66,22 @@ class Candidate:
         return f"{self.communicator}, overlap, buckets of 1/{self.sized_buckets} of the model"
 
 
-def candidates(name, size, inter_size, *, overlap, bucket_cap_mb, communicator_free) -> List[Candidate]:
+def candidates(
+    name, size, inter_size, *, overlap, bucket_cap_mb, communicator_free, spare_core=True
+) -> List[Candidate]:
     """The settings to try, the old default (``name``, ``overlap``) first. ``overlap``: True or
     False when the user set it (then it is not tried otherwise), None when it is free;
-    ``communicator_free``: the name came from ``communicator: auto``. Pruned to keep the trial
-    short: the other exact communicator only across nodes with several ranks per node (on one
-    node, or one rank per node, it runs the same steps), and there with one bucket size."""
+    ``communicator_free``: the name came from ``communicator: auto``; ``spare_core``: every rank
+    has a core for overlap's thread (``runtime/threads.py: spare_core_everywhere``). Pruned to keep
+    the trial short: overlap only with a spare core (without one, MPI's spinning waits take the
+    core backward needs: it hid nothing on the simulated cluster, BENCHMARKS.md 13, and each of
+    its trial steps costs the run time); the other exact communicator only across nodes with
+    several ranks per node (on one node, or one rank per node, it runs the same steps), and there
+    with one bucket size."""
     if overlap is None and name not in RANK_ORDER_SUMS:
         overlap = False  # MPI_Allreduce's order may depend on the message size: buckets could change bits
+    if overlap is None and not spare_core:
+        overlap = False
     if overlap is None:
         sizes = [bucket_cap_mb] if bucket_cap_mb is not None else list(SIZED_BUCKETS)
         settings = [(False, None)] + [(True, s) for s in sizes]

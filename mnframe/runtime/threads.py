@@ -75,6 +75,26 @@ def machine_key(node_index: int) -> str:
         return f"node:{node_index}"
 
 
+def has_spare_core(cpus: int, ranks: int) -> bool:
+    """Whether ``ranks`` processes on ``cpus`` CPUs each have a CPU beyond their own, for a
+    second busy thread (overlap's): MPI's waits spin, so a thread without one takes a core
+    from backward (BENCHMARKS.md 13a)."""
+    return cpus >= 2 * ranks
+
+
+def spare_core_everywhere(comm):
+    """(every rank has a spare core, a few words on the tightest machine) over ``comm``
+    (collective: one allgather). Ranks count per kernel (``machine_key``), as in ``configure``."""
+    key = machine_key(comm.inter_rank)
+    everyone = comm.allgather_obj((key, len(usable_cpus())))
+    ranks: Dict[str, int] = {}
+    for machine, _ in everyone:
+        ranks[machine] = ranks.get(machine, 0) + 1
+    tight = [(cpus, ranks[m]) for m, cpus in everyone if not has_spare_core(cpus, ranks[m])]
+    cpus, n = tight[0] if tight else (everyone[0][1], ranks[everyone[0][0]])
+    return not tight, f"{n} rank(s) on {cpus} CPUs of one machine"
+
+
 def apply(threads: int) -> bool:
     """Limit every BLAS/OpenMP pool of this process to ``threads`` (threadpoolctl)."""
     try:

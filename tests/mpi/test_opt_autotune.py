@@ -61,6 +61,9 @@ def comm():
 
 
 def _auto_cfg(**kw):
+    """The runner's default; ``autotune=all``: overlap tried without a spare core too (this machine's
+    ranks share its cores: the trial's whole set, as a machine with cores to spare runs it)."""
+    kw.setdefault("autotune", "all")
     return OptimizerConfig(name="momentum_sgd", lr=0.1, **kw), CommunicatorConfig(name=DEFAULT, chosen_by_auto=True)
 
 
@@ -88,6 +91,22 @@ def test_trial_is_bitwise_the_old_default(comm, cap):
         assert opt._overlap.stats["buckets"] > 3
     opt.finalize()
     old.finalize()
+
+
+def test_overlap_is_tried_only_with_a_spare_core(comm):
+    """``autotune=true`` leaves overlap out where a rank has no core to spare for its thread."""
+    from mnframe.runtime.threads import has_spare_core, usable_cpus
+
+    opt_cfg, comm_cfg = _auto_cfg(autotune=True)
+    model, opt = _train(comm, opt_cfg, comm_cfg, steps=2)
+    spare = has_spare_core(len(usable_cpus()), comm.size)  # every rank of these tests on this machine
+    if comm.size == 1:
+        assert opt._tuner is None
+    elif spare:
+        assert [c.overlap for c in opt._tuner.candidates] == [False, True, True]
+    else:
+        assert opt._tuner is None and opt._overlap is None  # one node: nothing else to try
+    opt.finalize()
 
 
 def test_explicit_options_win(comm):

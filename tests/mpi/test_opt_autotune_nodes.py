@@ -39,9 +39,21 @@ def test_trial_across_nodes_is_bitwise_the_old_default(comm):
 
 
 def test_a_named_communicator_is_kept(comm):
-    opt_cfg = OptimizerConfig(name="momentum_sgd", lr=0.1)
+    opt_cfg = OptimizerConfig(name="momentum_sgd", lr=0.1, autotune="all")
     model, opt = _train(comm, opt_cfg, CommunicatorConfig(name=DEFAULT), steps=2)
     assert {c.communicator for c in opt._tuner.candidates} == {DEFAULT}
+    opt.finalize()
+
+
+def test_without_a_spare_core_only_the_communicator_is_tried(comm):
+    from mnframe.runtime.threads import has_spare_core, usable_cpus
+
+    opt_cfg, comm_cfg = _auto_cfg(autotune=True)
+    model, opt = _train(comm, opt_cfg, comm_cfg, steps=2)
+    if has_spare_core(len(usable_cpus()), comm.size):  # the fake nodes are one machine
+        assert len(opt._tuner.candidates) == 4
+    else:
+        assert opt._tuner.candidates == [autotune.Candidate(DEFAULT, False), autotune.Candidate("hierarchical", False)]
     opt.finalize()
 
 

@@ -4,8 +4,8 @@ default first, only what the user left unset."""
 from mnframe.optimizers.autotune import Candidate, candidates
 
 
-def _c(name="two_dimensional", size=2, inter=1, overlap=None, cap=None, free=True):
-    return candidates(name, size, inter, overlap=overlap, bucket_cap_mb=cap, communicator_free=free)
+def _c(name="two_dimensional", size=2, inter=1, overlap=None, cap=None, free=True, spare=True):
+    return candidates(name, size, inter, overlap=overlap, bucket_cap_mb=cap, communicator_free=free, spare_core=spare)
 
 
 def test_one_node_tries_overlap_and_two_bucket_sizes():
@@ -33,3 +33,9 @@ def test_explicit_options_are_not_tried_otherwise():
     # message size, so buckets are not tried either (nothing left: no trial)
     assert _c(name="flat", size=4, inter=2) == [Candidate("flat", False)]
     assert len(_c(name="single_node")) == 3
+
+
+def test_without_a_spare_core_overlap_is_not_tried():
+    assert _c(spare=False) == [Candidate("two_dimensional", False)]  # one node: nothing left, no trial
+    assert _c(size=4, inter=2, spare=False) == [Candidate("two_dimensional", False), Candidate("hierarchical", False)]
+    assert _c(overlap=True, spare=False) == [Candidate("two_dimensional", True, sized_buckets=4)]  # set: kept

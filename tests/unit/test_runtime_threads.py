@@ -65,3 +65,15 @@ def test_auto_counts_every_rank_on_the_same_kernel_not_only_the_node_name():
         assert T.configure("auto", _NodesOfOneMachine(2 * len(mine), True), on_cpu=True, env={}) == 1
         # the same node names on machines of their own: each rank keeps its CPUs
         assert T.configure("auto", _NodesOfOneMachine(2 * len(mine), False), on_cpu=True, env={}) == len(mine)
+
+
+def test_spare_core_counts_the_ranks_of_each_machine():
+    """optimizer.autotune tries overlap only where every rank has a core for its thread."""
+    assert T.has_spare_core(4, 2) and not T.has_spare_core(3, 2) and not T.has_spare_core(2, 2)
+    cpus = len(T.usable_cpus())
+    # ranks on machines of their own: one rank per machine has a spare core where the machine has 2 CPUs
+    spare, words = T.spare_core_everywhere(_NodesOfOneMachine(3, False))
+    assert spare == (cpus >= 2) and words == f"1 rank(s) on {cpus} CPUs of one machine"
+    # as many one-rank nodes on this kernel as it has CPUs (the simulated cluster): none to spare
+    spare, words = T.spare_core_everywhere(_NodesOfOneMachine(cpus, True))
+    assert not spare and words == f"{cpus} rank(s) on {cpus} CPUs of one machine"
