@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from mnframe.communicators.traffic_model import ALGORITHMS, constant
+from mnframe.communicators.traffic_model import ALGORITHMS, averaging_ms, constant
 from mnframe.config.issues import ConfigError
 from mnframe.training.step_model import Step, cpu_share, predict_step
 
@@ -293,22 +293,19 @@ def report(cfg, spec: Spec, world_size: int) -> str:
     rows: List[Tuple[str, str, Step]] = []
     for algorithm in ALGORITHMS:
         for half, wire in WIRES:
-            step = predict_step(
-                compute,
+            avg = averaging_ms(
                 algorithm,
                 grad_bytes,
                 spec.nodes,
                 ppn,
                 spec.rate_bps,
                 spec.latency_us,
-                half=half,
-                overlap=overlap,
-                share=share,
-                spare_core=spare,
-                arrays=arrays,
-                compute_share=compute_share,
+                half,
+                share,
+                arrays,
                 machine_cores=spec.cores if spec.shared else None,
             )
+            step = predict_step(compute * compute_share, avg, overlap=overlap, spare_core=spare)
             mine = algorithm == name and configured_half in (half, None)
             rows.append((algorithm, wire, step))
             a = step.averaging

@@ -1,6 +1,7 @@
 """The predicted time of one training iteration: compute per rank, plus the averaging, less overlap.
 
-Pure arithmetic (``commands/step_time.py`` measures or takes the inputs and prints the table):
+Pure arithmetic (``commands/step_time.py`` measures or takes the inputs, calls
+``traffic_model.averaging_ms`` and prints the table):
 
 * compute: one rank's forward, backward and update alone (ms), stretched by ``cpu_share`` =
   max(1, ranks sharing the cores / cores): ranks that share cores take turns on them;
@@ -17,9 +18,8 @@ Pure arithmetic (``commands/step_time.py`` measures or takes the inputs and prin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
-from mnframe.communicators.traffic_model import Averaging, averaging_ms
+from mnframe.communicators.traffic_model import Averaging
 
 # backward's share of forward + backward + update: backward costs about twice the forward
 BACKWARD_SHARE = 0.6
@@ -41,30 +41,9 @@ def cpu_share(ranks_on_cores: int, cores: int) -> float:
     return max(1.0, ranks_on_cores / max(1, cores))
 
 
-def predict_step(
-    compute_ms: float,
-    algorithm: str,
-    grad_bytes: float,
-    nodes: int,
-    ppn: int,
-    rate_bps: float,
-    latency_us: float,
-    *,
-    half: bool = False,
-    overlap: bool = False,
-    share: float = 1.0,
-    spare_core: bool = False,
-    arrays: int = 1,
-    compute_share: Optional[float] = None,
-    machine_cores: Optional[int] = None,
-) -> Step:
-    """One iteration of ``nodes`` x ``ppn`` ranks; ``share`` from ``cpu_share``; ``spare_core``:
-    each rank has a core beyond its own for the overlap's thread; ``compute_share`` (default
-    ``share``) stretches ``compute_ms`` instead, 1 where it was measured with the cores shared;
-    ``machine_cores``: every node on one machine of that many cores (``averaging_ms``)."""
-    avg = averaging_ms(algorithm, grad_bytes, nodes, ppn, rate_bps, latency_us, half, share, arrays, machine_cores)
-    compute = compute_ms * (share if compute_share is None else compute_share)
-    hidden = 0.0
-    if overlap:
-        hidden = min(avg.total_ms, BACKWARD_SHARE * compute) if spare_core else 0.0
-    return Step(compute, avg, hidden, compute + avg.total_ms - hidden)
+def predict_step(compute_ms: float, averaging: Averaging, *, overlap: bool = False, spare_core: bool = False) -> Step:
+    """One iteration: ``compute_ms`` per rank (already stretched by ``cpu_share`` where ranks share
+    cores) plus ``averaging`` (``traffic_model.averaging_ms``), less what overlap hides;
+    ``spare_core``: each rank has a core beyond its own for the overlap's thread."""
+    hidden = min(averaging.total_ms, BACKWARD_SHARE * compute_ms) if overlap and spare_core else 0.0
+    return Step(compute_ms, averaging, hidden, compute_ms + averaging.total_ms - hidden)

@@ -81,12 +81,13 @@ def test_every_constant_says_where_it_was_measured():
 
 def test_step_is_compute_times_share_plus_averaging_less_what_overlap_hides():
     assert sm.cpu_share(8, 2) == 4 and sm.cpu_share(1, 2) == 1
-    base = sm.predict_step(10.0, "two_dimensional", MB, 2, 1, 1e9, 0.0, share=2.0)
+    avg = tm.averaging_ms("two_dimensional", MB, 2, 1, 1e9, 0.0, cpu_share=2.0)
+    base = sm.predict_step(10.0 * sm.cpu_share(4, 2), avg)
     assert base.compute_ms == 20.0 and base.hidden_ms == 0
-    assert base.step_ms == pytest.approx(20.0 + base.averaging.total_ms)
-    over = sm.predict_step(10.0, "two_dimensional", MB, 2, 1, 1e9, 0.0, share=2.0, overlap=True)
+    assert base.step_ms == pytest.approx(20.0 + avg.total_ms)
+    over = sm.predict_step(20.0, avg, overlap=True)
     assert over.hidden_ms == 0  # no spare core: the overlap's spinning wait takes backward's core
-    spare = sm.predict_step(10.0, "two_dimensional", MB, 2, 1, 1e9, 0.0, overlap=True, spare_core=True)
+    spare = sm.predict_step(10.0, tm.averaging_ms("two_dimensional", MB, 2, 1, 1e9, 0.0), overlap=True, spare_core=True)
     assert spare.hidden_ms == pytest.approx(min(spare.averaging.total_ms, sm.BACKWARD_SHARE * 10.0))
     assert spare.examples_per_s(100) == pytest.approx(100 / spare.step_ms * 1e3)
 
@@ -106,6 +107,6 @@ def test_on_one_machine_the_averaging_cpu_is_every_node_s_bytes_and_every_rank_s
     h = tm.averaging_ms("two_dimensional", MB, 8, 1, 1e9, 0.0, half=True, machine_cores=2)
     local = tm.constant("local_ns_per_byte") + tm.constant("half_ns_per_byte")
     assert h.cpu_ms == pytest.approx((8 * t.link_bytes / 2 * tm.constant("moved_ns_per_byte") + 8 * MB * local) / 2e6)
-    # through predict_step, as --predict shared=true passes it
-    step = sm.predict_step(10.0, "two_dimensional", MB, 8, 1, 1e9, 0.0, share=4.0, machine_cores=2)
-    assert step.averaging.cpu_ms == pytest.approx(a.cpu_ms) and step.step_ms == pytest.approx(40.0 + a.total_ms)
+    # through predict_step, as --predict shared=true adds it
+    step = sm.predict_step(10.0 * sm.cpu_share(8, 2), a)
+    assert step.step_ms == pytest.approx(40.0 + a.total_ms)
