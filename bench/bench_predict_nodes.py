@@ -86,7 +86,7 @@ def main(argv=None):
             for w in workloads:
                 for nodes, ppn in placements:
                     run_dir = os.path.join(tmp, f"{w.name}_{rate}_{nodes}x{ppn}")
-                    steps, comm, errors, predictions, computes, loads = [], [], [], [], [], []
+                    steps, comm, errors, predictions, computes, loads, kept = [], [], [], [], [], [], []
                     for rep in range(args.repeat):  # each run right after its own prediction
                         predicted, compute, _ = predict(w, f"{run_dir}_check{rep}", nodes, ppn, rate, args.set)
                         predictions.append(predicted)
@@ -100,6 +100,7 @@ def main(argv=None):
                         elif result.get("examples_per_s"):
                             steps.append(1e3 * w.batch * nodes * ppn / result["examples_per_s"])
                             comm.append(result.get("comm_fraction"))
+                            kept.append(result.get("autotune"))  # the trial's pick; None: no trial
                     measured = statistics.median(steps) if steps else None
                     row = {
                         "workload": w.name,
@@ -112,6 +113,7 @@ def main(argv=None):
                         "measured_ms": measured,
                         "runs_ms": steps,
                         "comm_fraction": comm,
+                        "autotune": kept,
                         "errors": errors,
                     }
                     rows.append(row)
