@@ -5,9 +5,9 @@ ChainerMN's MNIST scripts run unchanged under ``srun`` across both nodes through
 ``examples/slurm/train.sbatch``, submitted as it is (a run directory and a training length), loses
 a node after its first checkpoint, node2 or node1 (the batch host) (link down, every process
 killed, its slurmd too; SlurmdTimeout is 30 s) and, with no command from anyone, is requeued by
-Slurm, resumes on the node left at the smaller world size and ends with the final model. Each
-test builds its own cluster (a node loss leaves a node down). Runs only where
-asked (``SIMCLUSTER_TESTS=1``) and where it can (root, namespaces, slurm-wlm and munge).
+Slurm, resumes on the node left at the smaller world size and ends with the final model. The
+script tests share one cluster; each node-loss test builds its own (a node loss leaves a node
+down). Runs only where asked (``SIMCLUSTER_TESTS=1``) and where it can (root, namespaces, slurm-wlm and munge).
 """
 
 import json
@@ -30,12 +30,36 @@ STOP = 400  # iterations: the recipes checkpoint every 100, ~3 iterations/s on 4
 pytestmark = pytest.mark.skipif(slurm_skip_reason() is not None, reason=str(slurm_skip_reason()))
 
 
+@pytest.fixture(scope="module")
+def ha():
+    """One cluster ``ha`` at a time: ``ha(whole=True)`` reuses the one up if no node of it was lost,
+    ``ha(whole=False)`` (a test that kills a node) always gets a fresh one."""
+    held = {"cluster": None, "whole": False}
+
+    def get(whole):
+        if held["cluster"] is None or not (whole and held["whole"]):
+            if held["cluster"] is not None:
+                held["cluster"].down()
+            held["cluster"] = SimCluster(name="ha", nodes=2, slurm=True)
+            held["cluster"].up()
+        held["whole"] = whole
+        return held["cluster"]
+
+    yield get
+    if held["cluster"] is not None:
+        held["cluster"].down()
+
+
 @pytest.fixture
-def cluster():
-    c = SimCluster(name="ha", nodes=2, slurm=True)
-    c.up()
-    yield c
-    c.down()
+def cluster(ha):
+    """The module's cluster, shared by the tests that leave both nodes up (ChainerMN's scripts)."""
+    return ha(whole=True)
+
+
+@pytest.fixture
+def fresh_cluster(ha):
+    """A cluster of its own, for a test that loses a node."""
+    return ha(whole=False)
 
 
 # -- ChainerMN's scripts under srun ----------------------------------------------------------------
@@ -123,10 +147,11 @@ def first_checkpoint(run_dir):
     [(None, 2), ("mnist_dual_parallel", 2), (None, 1), ("mnist_dual_parallel", 1)],
     ids=["data_parallel", "dual_parallel", "batch_host_data_parallel", "batch_host_dual_parallel"],
 )
-def test_sbatch_example_loses_a_node_and_ends_with_the_final_model(cluster, tmp_path, recipe, lost):
+def test_sbatch_example_loses_a_node_and_ends_with_the_final_model(fresh_cluster, tmp_path, recipe, lost):
     """Node ``lost`` dies after the first checkpoint, node2 or node1 (the batch host): Slurm
     requeues the job, which starts again on the node left, removes the MPICH shared memory the
     killed attempt left there and resumes at world size 2."""
+    cluster = fresh_cluster
     run_dir = tmp_path / "run"
     output = Path(f"{run_dir}.out")
     overrides = [f"recipe={recipe}"] if recipe else []  # the example's recipe=mnist otherwise
