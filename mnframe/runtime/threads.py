@@ -19,6 +19,7 @@ otherwise start 2 threads each (16 on 2 cores; measured in BENCHMARKS.md 6f).
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 from typing import Dict, Iterable, List, Optional, Union
@@ -84,15 +85,12 @@ def has_spare_core(cpus: int, ranks: int) -> bool:
 
 def spare_core_everywhere(comm):
     """(every rank has a spare core, a few words on the tightest machine) over ``comm``
-    (collective: one allgather). Ranks count per kernel (``machine_key``), as in ``configure``."""
-    key = machine_key(comm.inter_rank)
-    everyone = comm.allgather_obj((key, len(usable_cpus())))
-    ranks: Dict[str, int] = {}
-    for machine, _ in everyone:
-        ranks[machine] = ranks.get(machine, 0) + 1
-    tight = [(cpus, ranks[m]) for m, cpus in everyone if not has_spare_core(cpus, ranks[m])]
-    cpus, n = tight[0] if tight else (everyone[0][1], ranks[everyone[0][0]])
-    return not tight, f"{n} rank(s) on {cpus} CPUs of one machine"
+    (collective: one allgather). Ranks count per kernel (``machine_key``), as in ``configure``;
+    the verdict is the tightest rank's, the one with the fewest CPUs per rank on its machine."""
+    everyone = comm.allgather_obj((machine_key(comm.inter_rank), len(usable_cpus())))
+    ranks = collections.Counter(machine for machine, _ in everyone)
+    cpus, n = min(((cpus, ranks[machine]) for machine, cpus in everyone), key=lambda c: c[0] / c[1])
+    return has_spare_core(cpus, n), f"{n} rank(s) on {cpus} CPUs of one machine"
 
 
 def apply(threads: int) -> bool:
