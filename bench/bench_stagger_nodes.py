@@ -3,7 +3,7 @@
 
 Run (as root, in a source checkout, on a quiet machine):
     flock -x -o /tmp/mnframe-quiet.lock .venv/bin/python bench/bench_stagger_nodes.py \\
-        [--rate 1gbit] [--nodes 4,8] [--compute-ms 9.5] [--name hc]
+        [--rate 1gbit] [--nodes 4,8] [--compute-ms 9.5[,19]] [--name hc]
 
 Brings up one simulated cluster (``scripts/simcluster.sh``, as many nodes as the largest count,
 links capped with tc tbf) and, at N nodes x 1 rank for each N, times ``multi_node_mean_grad`` of
@@ -78,7 +78,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", default="1gbit")
     parser.add_argument("--nodes", default="4,8")
-    parser.add_argument("--compute-ms", type=float, default=9.5, help="CPU ms per rank before each averaging")
+    parser.add_argument("--compute-ms", default="9.5", help="CPU ms per rank before each averaging (a list: each in turn)")
     parser.add_argument("--name", default="hc", help="simulated cluster name")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.nodes.split(",")]
@@ -89,9 +89,11 @@ def main(argv=None):
     try:
         for n in counts:
             cmd = ["mpiexec", "--name", args.name, "--ppn", "1", "--nodes-used", str(n), "--netmod", "ofi", "--"]
-            proc = _sh(cmd + [sys.executable, "-c", WORKER, str(args.compute_ms)], env=env)
-            lines = [ln[len("RESULT ") :] for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-            print("\n".join(lines) or f"{n}x1: exit {proc.returncode}: {(proc.stdout + proc.stderr)[-300:]}")
+            for compute_ms in args.compute_ms.split(","):
+                proc = _sh(cmd + [sys.executable, "-c", WORKER, compute_ms], env=env)
+                lines = [ln[len("RESULT ") :] for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+                lines = [f"{ln} [compute {compute_ms} ms]" for ln in lines]
+                print("\n".join(lines) or f"{n}x1: exit {proc.returncode}: {(proc.stdout + proc.stderr)[-300:]}", flush=True)
     finally:
         _sh(["down", "--name", args.name])
 
