@@ -78,7 +78,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", default="1gbit")
     parser.add_argument("--nodes", default="4,8")
-    parser.add_argument("--compute-ms", default="9.5", help="CPU ms per rank before each averaging (a list: each in turn)")
+    parser.add_argument(
+        "--compute-ms", default="9.5", help="CPU ms per rank before each averaging (a list: each in turn)"
+    )
     parser.add_argument("--name", default="hc", help="simulated cluster name")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.nodes.split(",")]
@@ -93,7 +95,8 @@ def main(argv=None):
                 proc = _sh(cmd + [sys.executable, "-c", WORKER, compute_ms], env=env)
                 lines = [ln[len("RESULT ") :] for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
                 lines = [f"{ln} [compute {compute_ms} ms]" for ln in lines]
-                print("\n".join(lines) or f"{n}x1: exit {proc.returncode}: {(proc.stdout + proc.stderr)[-300:]}", flush=True)
+                failed = f"{n}x1: exit {proc.returncode}: {(proc.stdout + proc.stderr)[-300:]}"
+                print("\n".join(lines) or failed, flush=True)
     finally:
         _sh(["down", "--name", args.name])
 

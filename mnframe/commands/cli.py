@@ -429,7 +429,7 @@ def check_environment(argv: Sequence[str]) -> None:
     ``--check`` runs without MPI, so mpi4py is not required there."""
     from mnframe.commands import tune
     from mnframe.dependencies import RUNNER_MODULES, require
-    from mnframe.runtime.errors import DependencyError, ExitStatus
+    from mnframe.runtime.errors import DependencyError, ExitStatus, say
 
     checking = parse_own_flags(argv)[0].check
     modules = [m for m in RUNNER_MODULES if not (checking and m.startswith("mpi4py"))]
@@ -437,7 +437,7 @@ def check_environment(argv: Sequence[str]) -> None:
         require(modules)
         tune.require(argv)  # tune=optuna: the Optuna sweeper plugin
     except DependencyError as exc:
-        print(f"mnframe: {exc.label}: {exc}", file=sys.stderr)
+        say(f"mnframe: {exc.label}: {exc}")  # on every rank: one write each
         sys.exit(int(ExitStatus.ENVIRONMENT))
 
 

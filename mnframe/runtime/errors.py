@@ -5,6 +5,21 @@ docs/reliability.md); the guard maps each error class below onto it.
 """
 
 import enum
+import sys
+
+
+def say(line: str, stream=None) -> None:
+    """Write ``line`` and its newline in one write (stderr unless ``stream``), then flush.
+
+    ``print`` writes the newline separately, and under ``PYTHONUNBUFFERED=1`` (which job scripts
+    and launchers often set) each is a write of its own: the launcher then forwards two ranks'
+    lines as ``line1line2`` and two blank lines. One write of a short line is never split."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except Exception:  # a closed stream: nothing more to say
+        pass
 
 
 class ExitStatus(enum.IntEnum):

@@ -172,8 +172,8 @@ def check_world(world) -> None:
     message = mismatch(world.Get_size())
     if message is None:
         return
-    from mnframe.runtime.errors import ExitStatus
+    from mnframe.runtime.errors import ExitStatus, say
 
     if launcher_rank() == 0:
-        print(f"mnframe: environment problem: {message}", file=sys.stderr, flush=True)
+        say(f"mnframe: environment problem: {message}")
     sys.exit(int(ExitStatus.ENVIRONMENT))

@@ -18,6 +18,8 @@ import re
 import socket
 import sys
 
+from mnframe.runtime.errors import say
+
 SHM_DIR = "/dev/shm"
 MAX_STEPS = 4096  # step ids looked for: far more steps than one attempt of a job runs
 _NAME = re.compile(r"^mpich_(shm|vci)_([0-9a-f]+)_(\d+)$")
@@ -64,11 +66,12 @@ def main(argv=None) -> int:
     host = socket.gethostname()
     if gone:
         names = " ".join(gone)
-        print(
-            f"mnframe: {host}: removed {len(gone)} MPICH segment(s) an earlier attempt of job {argv[0]} left: {names}"
+        say(
+            f"mnframe: {host}: removed {len(gone)} MPICH segment(s) an earlier attempt of job {argv[0]} left: {names}",
+            sys.stdout,
         )
     else:
-        print(f"mnframe: {host}: no MPICH segment of job {argv[0]} left")
+        say(f"mnframe: {host}: no MPICH segment of job {argv[0]} left", sys.stdout)  # a line per node: one write
     return 0
 
 

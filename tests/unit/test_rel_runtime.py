@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from mnframe.runtime import collective_check, deadline, guard, watchdog
-from mnframe.runtime.errors import CollectiveTimeout, ConfigError, ExitStatus
+from mnframe.runtime.errors import CollectiveTimeout, ConfigError, ExitStatus, say
 
 
 def test_exit_status_table():
@@ -18,6 +18,25 @@ def test_exit_status_table():
     assert guard.status_for(SystemExit(3)) == 3
     assert guard.status_for(SystemExit()) == 0
     assert guard.status_for(SystemExit("message")) == 1
+
+
+def test_say_writes_the_line_and_its_newline_in_one_write():
+    """Under PYTHONUNBUFFERED=1 print's newline is a write of its own, and the launcher joined two
+    ranks' lines into one (CI: test_tune_with_sqlalchemy_2_names_the_environment_problem)."""
+
+    class Writes:
+        def __init__(self):
+            self.calls = []
+
+        def write(self, text):
+            self.calls.append(text)
+
+        def flush(self):
+            pass
+
+    stream = Writes()
+    say("mnframe: environment problem: x", stream)
+    assert stream.calls == ["mnframe: environment problem: x\n"]
 
 
 def test_run_main_success_and_clean_exit(monkeypatch):
