@@ -17,7 +17,7 @@ import threading
 import time
 import traceback
 
-from mnframe.runtime.errors import ConfigError, DependencyError, EveryRankError, ExitStatus
+from mnframe.runtime.errors import ConfigError, DependencyError, EveryRankError, ExitStatus, say
 
 _installed = False
 _aborting = threading.Lock()
@@ -50,11 +50,8 @@ def where():
 
 
 def _write(text):
-    try:
-        sys.stderr.write(text)
-        sys.stderr.flush()
-    except Exception:  # stderr closed: nothing more we can do, abort anyway
-        pass
+    """``text`` (a line or lines, ending in a newline) to stderr in one write (``errors.say``)."""
+    say(text.removesuffix("\n"))
 
 
 def abort(status, message=None):
