@@ -110,9 +110,13 @@ class AsyncSaver:
         writing, failed = host_collectives.allreduce_sum(self.store.comm, flags, name="checkpoint.async_poll")
         if failed:
             self.job = None
+            # this rank's own write ends first (one file and an fsync): after the allgather no
+            # thread writes, so none can recreate the staging directory that rank 0 removes
+            job.wait()
+            error, disk = job.error, job.disk  # its final outcome: a rank that was still writing may fail too
             status = host_collectives.allgather_obj(self.store.comm, (error, disk), name="checkpoint.async_errors")
             if self.store.comm.rank == 0:
-                shutil.rmtree(job.staging, ignore_errors=True)  # ranks still writing fail quietly
+                shutil.rmtree(job.staging, ignore_errors=True)
             error_type = SaveError if all(d for e, d in status if e) else CheckpointError
             raise error_type(
                 f"checkpoint {checkpoint_name(job.iteration)} not written (in the background): "
