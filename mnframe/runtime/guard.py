@@ -49,11 +49,6 @@ def where():
     return f"rank {rank}/{size} on host {socket.gethostname()} (pid {os.getpid()})"
 
 
-def _write(text):
-    """``text`` (a line or lines, ending in a newline) to stderr in one write (``errors.say``)."""
-    say(text.removesuffix("\n"))
-
-
 def abort(status, message=None):
     """Print ``message`` and end the whole job with ``status``; never returns.
 
@@ -64,7 +59,7 @@ def abort(status, message=None):
     if not _aborting.acquire(blocking=True, timeout=10):
         os._exit(status)
     if message:
-        _write(message if message.endswith("\n") else message + "\n")
+        say(message.removesuffix("\n"))
     _flush_all()  # os._exit and MPI_Abort skip Python's buffered output
     _sentinel_explained()
     mpi = _mpi()
@@ -76,7 +71,7 @@ def abort(status, message=None):
         try:
             mpi.COMM_WORLD.Abort(status)
         except Exception:
-            _write("mnframe: MPI_Abort failed; exiting this process only\n")
+            say("mnframe: MPI_Abort failed; exiting this process only")
     os._exit(status)
 
 
@@ -131,17 +126,17 @@ def config_error_exit(exc):
     e.g. a failed checkpoint save) ends the same way with its own status and ``label``.
     """
     status, label = int(exc.exit_status), getattr(exc, "label", "configuration error")
-    line = f"mnframe: {label}: {exc}\n" if label else f"mnframe: {exc}\n"
+    line = f"mnframe: {label}: {exc}" if label else f"mnframe: {exc}"
     mpi = _mpi()
     if mpi is None or mpi.COMM_WORLD.Get_size() == 1:
-        _write(line)
+        say(line)
         _flush_all()
         os._exit(status)
     _meet_the_others(
         mpi, agree_timeout(exc), status, f"mnframe: {label} on {where()} (the other ranks did not report it):\n{exc}"
     )
     if mpi.COMM_WORLD.Get_rank() == 0:
-        _write(line)
+        say(line)
     _flush_all()
     _sentinel_explained()
     _finalize_and_exit(mpi, status)
@@ -223,7 +218,7 @@ def out_of_memory_exit(exc, tb):
         line = oom.describe(exc, tb, where())
     except Exception:  # the line must not fail
         line = f"mnframe: out of memory on {where()}: {exc}"
-    _write(line + "\n")
+    say(line)
     _flush_all()
     _sentinel_explained()
     status = int(ExitStatus.ERROR)

@@ -50,7 +50,7 @@ import traceback
 from mnframe.runtime import mpi_phase_watch, oplog, settings
 from mnframe.runtime.deadline import ENV_TIMEOUT, get_deadline
 from mnframe.runtime.deadline import set_deadline as set_deadline  # watchdog.set_deadline(), as documented
-from mnframe.runtime.errors import ExitStatus
+from mnframe.runtime.errors import ExitStatus, say
 
 ENV_RUN_DIR = "MNFRAME_RUN_DIR"
 ENV_EXIT_GRACE = "MNFRAME_EXIT_GRACE"
@@ -272,11 +272,11 @@ class Watchdog:
             time.sleep(BACKSTOP_S)
             from mnframe.runtime import guard
 
-            guard._write(
+            say(
                 f"\nmnframe: collective timeout on rank {self.rank}/{self.size} on host {self.hosts[self.rank]} "
                 f"(pid {os.getpid()}): {what}, and the report could not be completed within "
                 f"{BACKSTOP_S:g} s (a rank is likely dead: look for the launcher's line naming a killed "
-                f"task); ending this rank with status {int(ExitStatus.COLLECTIVE_TIMEOUT)}.\n"
+                f"task); ending this rank with status {int(ExitStatus.COLLECTIVE_TIMEOUT)}."
             )
             guard._flush_all()
             guard._sentinel_explained()
@@ -360,9 +360,9 @@ class Watchdog:
         if min(reporters) == self.rank:
             guard.abort(ExitStatus.COLLECTIVE_TIMEOUT, text)
         # another rank prints the full report; give it a moment, then make sure we end too
-        guard._write(
+        say(
             f"mnframe: {guard.where()}: {describe_op(mine['current'])} passed its "
-            f"deadline too; see rank {min(reporters)}'s report\n"
+            f"deadline too; see rank {min(reporters)}'s report"
         )
         time.sleep(COLLECT_S)
         guard.abort(ExitStatus.COLLECTIVE_TIMEOUT)

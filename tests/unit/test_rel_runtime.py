@@ -2,6 +2,7 @@
 
 import sys
 import threading
+from unittest import mock
 
 import pytest
 
@@ -23,20 +24,9 @@ def test_exit_status_table():
 def test_say_writes_the_line_and_its_newline_in_one_write():
     """Under PYTHONUNBUFFERED=1 print's newline is a write of its own, and the launcher joined two
     ranks' lines into one (CI: test_tune_with_sqlalchemy_2_names_the_environment_problem)."""
-
-    class Writes:
-        def __init__(self):
-            self.calls = []
-
-        def write(self, text):
-            self.calls.append(text)
-
-        def flush(self):
-            pass
-
-    stream = Writes()
+    stream = mock.Mock()
     say("mnframe: environment problem: x", stream)
-    assert stream.calls == ["mnframe: environment problem: x\n"]
+    stream.write.assert_called_once_with("mnframe: environment problem: x\n")  # one write, newline included
 
 
 def test_run_main_success_and_clean_exit(monkeypatch):
